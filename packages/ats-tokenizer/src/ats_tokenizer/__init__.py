@@ -1,0 +1,1 @@
+"""ats_tokenizer."""
