@@ -1,0 +1,85 @@
+"""The `ats-data` command: `prepare` a source into token shards, `info` on a prepared folder.
+Bad input ends with one line on stderr and exit status 1 (2 for bad command-line usage)."""
+
+import argparse
+import sys
+from pathlib import Path
+
+from ats_data.dataset import ShardDataset
+from ats_data.errors import DataError
+from ats_data.prepare import prepare
+from ats_data.shards import DEFAULT_SHARD_TOKENS
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ats-data", description="Prepare text into token shards and inspect them."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("prepare", help="clean, dedup, split and tokenize a source into shards")
+    p.add_argument(
+        "--source",
+        required=True,
+        help="text file, folder, glob, .jsonl, .parquet, .arrow, or 'stdlib' / 'stdlib:PACKAGE'",
+    )
+    p.add_argument("--tokenizer", required=True, type=Path, help="tokenizer.json")
+    p.add_argument("--out", required=True, type=Path, help="output folder")
+    p.add_argument("--val-fraction", type=float, default=0.05)
+    p.add_argument("--workers", type=int, default=2, help="tokenizer worker processes")
+    p.add_argument("--min-chars", type=int, default=1)
+    p.add_argument("--max-chars", type=int, default=None)
+    p.add_argument("--text-field", default="text", help="JSONL field / Parquet column")
+    p.add_argument("--hash", dest="hash_algo", choices=("sha256", "blake2b"), default="sha256")
+    p.add_argument("--shard-tokens", type=int, default=DEFAULT_SHARD_TOKENS)
+    p.add_argument("--overwrite", action="store_true", help="replace a dataset already in --out")
+    i = sub.add_parser("info", help="validate a prepared folder and summarize it")
+    i.add_argument("dir", type=Path)
+    i.add_argument("--no-verify", action="store_true", help="skip the sha256 check of shards")
+    return parser
+
+
+def _summary(ds: ShardDataset, verified: bool) -> str:
+    lines = [
+        f"dataset    {ds.path}",
+        f"source     {ds.index.get('source')}",
+        f"tokenizer  sha256 {ds.tokenizer_sha256}  vocab_size {ds.vocab_size}  eos_id {ds.eos_id}",
+        f"dtype      {ds.dtype.name}",
+    ]
+    for split in ds.splits:
+        n_shards = len(ds.shards(split))
+        lines.append(
+            f"{split:<10} {ds.num_docs(split)} docs  {ds.num_tokens(split)} tokens  "
+            f"{n_shards} shard{'s' if n_shards != 1 else ''}"
+        )
+    lines.append("verified   sha256 of every shard" if verified else "verified   sizes only")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "prepare":
+            out = prepare(
+                args.source,
+                args.tokenizer,
+                args.out,
+                val_fraction=args.val_fraction,
+                workers=args.workers,
+                min_chars=args.min_chars,
+                max_chars=args.max_chars,
+                text_field=args.text_field,
+                hash_algo=args.hash_algo,
+                shard_tokens=args.shard_tokens,
+                overwrite=args.overwrite,
+            )
+            print(_summary(ShardDataset(out, verify=False), verified=True))
+        else:
+            print(_summary(ShardDataset(args.dir, verify=not args.no_verify), not args.no_verify))
+    except (DataError, OSError) as e:
+        print(f"ats-data: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,201 @@
+"""`prepare`: source -> clean -> dedup -> train/val split -> tokenized shards + index.json.
+
+The index holds a cache key (source fingerprint, tokenizer sha256, cleaning/split/shard
+settings): preparing the same source with the same tokenizer and settings into the same folder
+reuses the shards there. The number of workers is not part of the key: the shards do not depend
+on it.
+"""
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ats_data.clean import CleanConfig, Cleaner
+from ats_data.dataset import ShardDataset
+from ats_data.dedup import HASH_ALGOS, ExactDeduper, document_digest
+from ats_data.errors import DataError
+from ats_data.shards import (
+    DEFAULT_SHARD_TOKENS,
+    INDEX_NAME,
+    INDEX_VERSION,
+    SHARD_NAME,
+    TOKENIZER_NAME,
+    ShardWriter,
+    load_tokenizer,
+    make_index,
+    read_index,
+    token_dtype_name,
+    tokenize_documents,
+    write_index,
+)
+from ats_data.sources import Source, open_source
+from ats_data.split import SPLITS, assign_split, check_val_fraction
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PrepareConfig:
+    """Every setting that changes the prepared tokens (and so enters the cache key)."""
+
+    val_fraction: float = 0.05
+    min_chars: int = 1
+    max_chars: int | None = None
+    text_field: str = "text"
+    hash_algo: str = "sha256"
+    shard_tokens: int = DEFAULT_SHARD_TOKENS
+
+    def __post_init__(self) -> None:
+        check_val_fraction(self.val_fraction)
+        CleanConfig(self.min_chars, self.max_chars)
+        if self.hash_algo not in HASH_ALGOS:
+            raise DataError(
+                f"hash_algo must be one of {', '.join(HASH_ALGOS)}, got {self.hash_algo!r}"
+            )
+        if self.shard_tokens < 1:
+            raise DataError(f"shard_tokens must be >= 1, got {self.shard_tokens}")
+
+
+def cache_key(source: Source, tokenizer_sha256: str, config: PrepareConfig) -> str:
+    payload = {
+        "index_version": INDEX_VERSION,
+        "source": source.fingerprint(),
+        "tokenizer_sha256": tokenizer_sha256,
+        "config": asdict(config),
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+@dataclass
+class _Counts:
+    documents_read: int = 0
+    dropped_short: int = 0
+    dropped_long: int = 0
+    duplicates: int = 0
+
+
+def _split_documents(
+    source: Source, config: PrepareConfig, counts: _Counts
+) -> Iterator[tuple[str, str]]:
+    cleaner = Cleaner(CleanConfig(config.min_chars, config.max_chars))
+    deduper = ExactDeduper()
+    for raw in source:
+        counts.documents_read += 1
+        text = cleaner(raw)
+        if text is None:
+            continue
+        digest = document_digest(text, config.hash_algo)
+        if deduper.add(digest):
+            yield assign_split(digest, config.val_fraction), text
+    counts.dropped_short = cleaner.dropped_short
+    counts.dropped_long = cleaner.dropped_long
+    counts.duplicates = deduper.duplicates
+
+
+def _copy_tokenizer(src: Path, dst: Path) -> None:
+    """Keep the tokenizer beside its shards, so a prepared folder is usable on its own."""
+    if dst.exists() and dst.samefile(src):
+        return
+    tmp = dst.with_name(f".{dst.name}.tmp-{os.getpid()}")
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)
+
+
+def prepare(
+    source: str | Path | Source,
+    tokenizer_path: str | Path,
+    out_dir: str | Path,
+    *,
+    val_fraction: float = 0.05,
+    workers: int = 2,
+    min_chars: int = 1,
+    max_chars: int | None = None,
+    text_field: str = "text",
+    hash_algo: str = "sha256",
+    shard_tokens: int = DEFAULT_SHARD_TOKENS,
+    overwrite: bool = False,
+) -> Path:
+    """Prepare `source` into token shards in `out_dir` and return `out_dir`. The folder also
+    gets a copy of the tokenizer as tokenizer.json.
+
+    If out_dir already holds a dataset with the same cache key it is verified and reused. A
+    dataset there with another key is an error unless overwrite=True.
+    """
+    config = PrepareConfig(val_fraction, min_chars, max_chars, text_field, hash_algo, shard_tokens)
+    src = source if isinstance(source, Source) else open_source(source, text_field=text_field)
+    tokenizer_path = Path(tokenizer_path)
+    tokenizer = load_tokenizer(tokenizer_path)
+    tok_sha = tokenizer.sha256()
+    key = cache_key(src, tok_sha, config)
+    out = Path(out_dir)
+
+    if (out / INDEX_NAME).is_file():
+        old_key = read_index(out).get("cache_key") if not overwrite else None
+        if old_key == key:
+            try:
+                ShardDataset(out, verify=True)
+            except DataError as e:
+                raise DataError(f"{e}; prepare again with overwrite=True") from None
+            log.info("reusing prepared dataset %s (cache key %s)", out, key[:16])
+            return out
+        if not overwrite:
+            raise DataError(
+                f"{out} already holds a dataset prepared from other inputs (cache key "
+                f"{str(old_key)[:16]}, this one {key[:16]}); choose another out dir or overwrite"
+            )
+        (out / INDEX_NAME).unlink()  # first, so a crash below cannot leave a stale index
+    if out.exists() and not out.is_dir():
+        raise DataError(f"out dir {out} exists and is not a folder")
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in out.iterdir():
+        if SHARD_NAME.match(stale.name):
+            stale.unlink()
+
+    dtype_name = token_dtype_name(tokenizer.vocab_size)
+    writers = {s: ShardWriter(out, s, dtype_name, config.shard_tokens) for s in SPLITS}
+    counts = _Counts()
+    try:
+        docs = _split_documents(src, config, counts)
+        for split, tokens in tokenize_documents(docs, tokenizer_path, tok_sha, workers):
+            writers[split].add(tokens)
+        shards = {s: w.close() for s, w in writers.items()}
+        num_docs = {s: sum(sh["num_docs"] for sh in shards[s]) for s in SPLITS}
+        if num_docs["train"] == 0:
+            raise DataError(
+                f"source {src.spec} left no training documents ({counts.documents_read} read, "
+                f"{counts.dropped_short} shorter than {config.min_chars} chars, "
+                f"{counts.dropped_long} longer than max_chars, {counts.duplicates} duplicates, "
+                f"{num_docs['val']} in val)"
+            )
+        if config.val_fraction > 0 and num_docs["val"] == 0:
+            raise DataError(
+                f"source {src.spec} gave no validation documents: {num_docs['train']} documents "
+                f"at val_fraction {config.val_fraction}; use more documents or val_fraction=0"
+            )
+    except BaseException:
+        for w in writers.values():
+            w.close()
+            for path in w.written:
+                path.unlink(missing_ok=True)
+        raise
+
+    index = make_index(
+        tokenizer_sha256=tok_sha,
+        vocab_size=tokenizer.vocab_size,
+        eos_id=tokenizer.eos_id,
+        dtype_name=dtype_name,
+        shards=shards,
+        source=src.spec,
+        cache_key=key,
+        config=asdict(config),
+        stats=asdict(counts),
+    )
+    _copy_tokenizer(tokenizer_path, out / TOKENIZER_NAME)
+    write_index(out, index)
+    log.info("prepared %s: %s", out, {s: v["num_tokens"] for s, v in index["splits"].items()})
+    return out

@@ -1,0 +1,110 @@
+"""prepare: the cache key reuses shards for the same inputs and refuses to mix datasets; errors
+leave nothing half-written."""
+
+import json
+
+import pytest
+from ats_data.dataset import ShardDataset
+from ats_data.errors import DataError
+from ats_data.prepare import prepare
+from ats_data.shards import INDEX_NAME
+from ats_tokenizer import Tokenizer
+
+
+@pytest.fixture
+def text_file(tmp_path):
+    path = tmp_path / "src" / "book.txt"
+    path.parent.mkdir()
+    path.write_text("\n\n".join(f"paragraph {i}: " + "words " * (i % 13) for i in range(300)))
+    return path
+
+
+def shard_stats(folder):
+    return {p.name: p.stat().st_mtime_ns for p in sorted(folder.glob("*.bin"))}
+
+
+def test_same_inputs_reuse_the_shards(text_file, tokenizer_path, tmp_path):
+    out = tmp_path / "out"
+    assert prepare(text_file, tokenizer_path, out, val_fraction=0.1, workers=1) == out
+    before = shard_stats(out)
+    index_before = (out / INDEX_NAME).read_text()
+    assert prepare(str(text_file), tokenizer_path, out, val_fraction=0.1, workers=2) == out
+    assert shard_stats(out) == before
+    assert (out / INDEX_NAME).read_text() == index_before
+    ds = ShardDataset(out)
+    assert ds.num_docs("train") + ds.num_docs("val") == 300
+    assert Tokenizer.load(out / "tokenizer.json").sha256() == ds.tokenizer_sha256
+    assert 10 < ds.num_docs("val") < 60
+
+
+def test_other_inputs_are_refused_unless_overwrite(text_file, tokenizer_path, tmp_path):
+    out = tmp_path / "out"
+    prepare(text_file, tokenizer_path, out, val_fraction=0.1, workers=1)
+    with pytest.raises(DataError, match="already holds a dataset prepared from other inputs"):
+        prepare(text_file, tokenizer_path, out, val_fraction=0.2, workers=1)
+    text_file.write_text(text_file.read_text() + "\n\nnew paragraph")  # source changed
+    with pytest.raises(DataError, match="already holds a dataset prepared from other inputs"):
+        prepare(text_file, tokenizer_path, out, val_fraction=0.1, workers=1)
+    prepare(text_file, tokenizer_path, out, val_fraction=0.1, workers=1, overwrite=True)
+    ds = ShardDataset(out)
+    assert ds.num_docs("train") + ds.num_docs("val") == 301
+
+
+def test_another_tokenizer_changes_the_key(text_file, tokenizer_path, tmp_path):
+    other = Tokenizer.train([text_file.read_text()], vocab_size=300)
+    other_path = tmp_path / "other.json"
+    other.save(other_path)
+    a = json.loads(
+        (prepare(text_file, tokenizer_path, tmp_path / "a", workers=1) / INDEX_NAME).read_text()
+    )
+    b = json.loads(
+        (prepare(text_file, other_path, tmp_path / "b", workers=1) / INDEX_NAME).read_text()
+    )
+    assert a["cache_key"] != b["cache_key"]
+    assert b["tokenizer"]["sha256"] == other.sha256() != a["tokenizer"]["sha256"]
+
+
+def test_failure_midway_leaves_no_shards_and_no_index(tmp_path, tokenizer_path):
+    src = tmp_path / "d.jsonl"
+    lines = [json.dumps({"text": f"document {i}"}) for i in range(500)] + ['{"body": "x"}']
+    src.write_text("\n".join(lines))
+    out = tmp_path / "out"
+    with pytest.raises(DataError, match=r"d\.jsonl:501: no field 'text'"):
+        prepare(src, tokenizer_path, out, workers=2)
+    assert list(out.iterdir()) == []
+
+
+def test_empty_splits_are_errors(tmp_path, tokenizer_path):
+    src = tmp_path / "one.txt"
+    src.write_text("a single paragraph")
+    with pytest.raises(
+        DataError, match="gave no validation documents: 1 documents at val_fraction"
+    ):
+        prepare(src, tokenizer_path, tmp_path / "a", val_fraction=0.05, workers=1)
+    prepare(src, tokenizer_path, tmp_path / "b", val_fraction=0.0, workers=1)
+    assert ShardDataset(tmp_path / "b").num_docs("val") == 0
+    with pytest.raises(DataError, match=r"left no training documents \(1 read, 1 shorter than 100"):
+        prepare(src, tokenizer_path, tmp_path / "c", val_fraction=0.0, min_chars=100, workers=1)
+
+
+def test_bad_arguments(text_file, tokenizer_path, tmp_path):
+    with pytest.raises(DataError, match=r"tokenizer not found: .*missing\.json"):
+        prepare(text_file, tmp_path / "missing.json", tmp_path / "o")
+    with pytest.raises(DataError, match=r"source not found"):
+        prepare(tmp_path / "nope", tokenizer_path, tmp_path / "o")
+    with pytest.raises(DataError, match=r"val_fraction must be in \[0, 1\), got 1.5"):
+        prepare(text_file, tokenizer_path, tmp_path / "o", val_fraction=1.5)
+    with pytest.raises(DataError, match="workers must be >= 1, got 0"):
+        prepare(text_file, tokenizer_path, tmp_path / "o", workers=0)
+    with pytest.raises(DataError, match="hash_algo must be one of sha256, blake2b"):
+        prepare(text_file, tokenizer_path, tmp_path / "o", hash_algo="md5")
+
+
+def test_reuse_of_a_corrupted_dataset_is_an_error(text_file, tokenizer_path, tmp_path):
+    out = prepare(text_file, tokenizer_path, tmp_path / "out", val_fraction=0.1, workers=1)
+    shard = out / "train-00000.bin"
+    shard.write_bytes(shard.read_bytes()[:-2])
+    with pytest.raises(DataError, match=r"train-00000\.bin is .* truncated.*overwrite=True"):
+        prepare(text_file, tokenizer_path, out, val_fraction=0.1, workers=1)
+    prepare(text_file, tokenizer_path, out, val_fraction=0.1, workers=1, overwrite=True)
+    ShardDataset(out)
