@@ -1,0 +1,89 @@
+"""Grouped SwiGLU expert MLP, forward + backward, on grouped GEMMs (torch._grouped_mm or Triton).
+
+Forward per expert e:  a = x_e @ w1[e].T,  b = x_e @ w3[e].T,  h = silu(a) * b,  y = h @ w2[e].T.
+Backward saves x, a, b (h is recomputed by the SwiGLU kernel) and issues five grouped GEMMs:
+dh = dy @ w2[e]; dx = da @ w1[e] + db @ w3[e]; dw1 = da.T @ x, dw3 = db.T @ x, dw2 = dy.T @ h.
+"""
+
+import torch
+
+from ats_kernels.triton.grouped_gemm import gmm, gmm_wgrad, torch_grouped_mm_usable
+from ats_kernels.triton.swiglu import swiglu_backward, swiglu_forward
+
+GEMMS = ("torch", "triton")
+
+
+class _GroupedMLP(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, offs, w1, w3, w2, use_torch: bool):
+        a = gmm(x, w1.transpose(1, 2), offs, use_torch)  # (M, F)
+        b = gmm(x, w3.transpose(1, 2), offs, use_torch)  # (M, F)
+        h = swiglu_forward(a, b)  # (M, F)
+        y = gmm(h, w2.transpose(1, 2), offs, use_torch)  # (M, C)
+        ctx.save_for_backward(x, offs, w1, w3, w2, a, b)
+        ctx.use_torch = use_torch
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, offs, w1, w3, w2, a, b = ctx.saved_tensors
+        use_torch = ctx.use_torch
+        dy = dy.contiguous()
+        dh = gmm(dy, w2, offs, use_torch)  # (M, F)
+        da, db = swiglu_backward(dh, a, b)
+        dx = gmm(da, w1, offs, use_torch) + gmm(db, w3, offs, use_torch)  # (M, C)
+        dw1 = gmm_wgrad(da, x, offs, use_torch)  # (E, F, C)
+        dw3 = gmm_wgrad(db, x, offs, use_torch)
+        dw2 = gmm_wgrad(dy, swiglu_forward(a, b), offs, use_torch)  # (E, C, F)
+        return dx, None, dw1, dw3, dw2, None
+
+
+def grouped_mlp(
+    x_sorted: torch.Tensor,
+    tokens_per_expert: torch.Tensor,
+    w1: torch.Tensor,
+    w3: torch.Tensor,
+    w2: torch.Tensor,
+    gemm: str | None = None,
+) -> torch.Tensor:
+    """Same result as ref_grouped_mlp: x_sorted (M, C), w1/w3 (E, F, C), w2 (E, C, F) -> (M, C).
+
+    gemm: "torch" (torch._grouped_mm), "triton", or None = torch._grouped_mm where it has its fast
+    path (CUDA sm_90+, bf16), else Triton.
+    """
+    E, F, C = w1.shape
+    if (
+        w3.shape != (E, F, C)
+        or w2.shape != (E, C, F)
+        or x_sorted.dim() != 2
+        or x_sorted.shape[1] != C
+    ):
+        raise ValueError(
+            f"grouped_mlp: x_sorted {tuple(x_sorted.shape)}, w1 {tuple(w1.shape)}, w3 {tuple(w3.shape)}, "
+            f"w2 {tuple(w2.shape)} must be (M, C), (E, F, C), (E, F, C), (E, C, F)"
+        )
+    if not (x_sorted.dtype == w1.dtype == w3.dtype == w2.dtype):
+        raise ValueError(
+            f"grouped_mlp: x_sorted {x_sorted.dtype} and weights {w1.dtype} must share a dtype"
+        )
+    if tokens_per_expert.numel() != E:
+        raise ValueError(
+            f"grouped_mlp: tokens_per_expert has {tokens_per_expert.numel()} entries, weights have {E} experts"
+        )
+    offs = torch.cumsum(tokens_per_expert, 0).to(torch.int32)  # (E,) cumulative row ends
+    total = int(offs[-1]) if E > 0 else 0  # one host sync, as the reference's split does
+    if total != x_sorted.shape[0]:
+        raise ValueError(
+            f"grouped_mlp: tokens_per_expert sums to {total}, x_sorted has {x_sorted.shape[0]} rows"
+        )
+    if gemm is None:
+        use_torch = torch_grouped_mm_usable(x_sorted)
+    elif gemm in GEMMS:
+        use_torch = gemm == "torch"
+        if use_torch and not hasattr(torch, "_grouped_mm"):
+            raise RuntimeError(
+                f"grouped_mlp: gemm='torch' but torch {torch.__version__} has no _grouped_mm"
+            )
+    else:
+        raise ValueError(f"grouped_mlp: gemm = {gemm!r}; expected one of {GEMMS} or None")
+    return _GroupedMLP.apply(x_sorted.contiguous(), offs, w1, w3, w2, use_torch)

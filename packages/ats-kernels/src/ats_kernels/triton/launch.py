@@ -1,0 +1,42 @@
+"""Launch arithmetic shared by the Triton kernels: block sizes, warp counts, persistent grid size.
+
+Under TRITON_INTERPRET=1 (CPU tests) kernels run on CPU tensors; the grid is kept small there.
+"""
+
+import os
+
+import torch
+import triton
+
+MAX_FUSED_SIZE = 65536  # widest row one program holds in registers (elements)
+
+
+def interpreting() -> bool:
+    """True when Triton runs kernels in its CPU interpreter (TRITON_INTERPRET=1)."""
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def row_block(n_cols: int, op: str) -> int:
+    """Power-of-two block covering a whole row; rows wider than MAX_FUSED_SIZE are rejected."""
+    block = triton.next_power_of_2(n_cols)
+    if block > MAX_FUSED_SIZE:
+        raise ValueError(f"{op}: last dim {n_cols} exceeds the fused row limit {MAX_FUSED_SIZE}")
+    return block
+
+
+def warps_for(block: int) -> int:
+    """More warps for wider rows, so each thread holds at most ~16 elements."""
+    if block >= 16384:
+        return 16
+    if block >= 4096:
+        return 8
+    if block >= 1024:
+        return 4
+    return 2
+
+
+def n_persistent_programs(device: torch.device, per_sm: int = 2) -> int:
+    """Programs for a persistent grid: a few per SM on CUDA, 4 in the interpreter."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count * per_sm
+    return 4

@@ -1,0 +1,1 @@
+"""Shared transformer layers every family builds from: norm, RoPE, attention, FFNs, MoE, MoD, blocks."""

@@ -1,0 +1,185 @@
+"""Transformer: embeddings -> blocks (chosen by the config's family) -> RMSNorm -> LM head.
+
+Single-device math only: parallelism, compile and checkpointing are applied from outside (ats-train).
+"""
+
+import math
+
+import torch
+from ats_kernels import KernelSet
+from torch import nn
+
+from ats_model import families
+from ats_model.config import ModelConfig
+from ats_model.layers.attention import causal_mask
+from ats_model.layers.block import Context, MoDRecord
+from ats_model.layers.kv_cache import KVCache
+from ats_model.layers.mod import MoDBlock
+from ats_model.layers.moe import MoEFFN, MoERecord
+from ats_model.layers.norm import RMSNorm
+from ats_model.layers.rope import build_rope_tables, lookup
+from ats_model.output import ModelOutput
+
+
+class Transformer(nn.Module):
+    def __init__(self, config: ModelConfig, kernels: KernelSet) -> None:
+        super().__init__()
+        self.config = config
+        self.kernels = kernels
+        spec = families.get(config.family)
+        # weight passed in: nn.Embedding's own N(0, 1) init is skipped (init_weights owns init)
+        self.tok_embeddings = nn.Embedding(
+            config.vocab_size, config.dim, _weight=torch.empty(config.vocab_size, config.dim)
+        )
+        self.layers = nn.ModuleList(
+            spec.build_block(config, i, kernels) for i in range(config.n_layer)
+        )
+        self.norm = RMSNorm(config.dim, config.norm_eps, kernels)
+        self.output = (
+            None if config.tie_embeddings else nn.Linear(config.dim, config.vocab_size, bias=False)
+        )
+        # (max_seq_len, head_dim) tables, filled by init_weights (not state: rebuilt, never saved)
+        table_shape = (config.max_seq_len, config.head_dim)
+        self.register_buffer("rope_cos", torch.empty(table_shape), persistent=False)
+        self.register_buffer("rope_sin", torch.empty(table_shape), persistent=False)
+
+    # ---- structure -----------------------------------------------------------------------
+    def moe_layers(self) -> list[MoEFFN]:
+        return [m for m in self.modules() if isinstance(m, MoEFFN)]
+
+    def mod_layers(self) -> list[MoDBlock]:
+        return [m for m in self.layers if isinstance(m, MoDBlock)]
+
+    @torch.no_grad()
+    def init_weights(self) -> None:
+        """N(0, init_std) everywhere, residual output projections (wo, w2) scaled by 1/sqrt(2 n_layer)
+        (GPT-2, Radford et al. 2019), norms at 1, rope tables rebuilt in float64."""
+        std = self.config.init_std
+        resid_std = std / math.sqrt(2 * self.config.n_layer)
+        nn.init.normal_(self.tok_embeddings.weight, std=std)
+        for layer in self.layers:
+            layer.init_weights(std, resid_std)
+        self.norm.init_weights()
+        if self.output is not None:
+            nn.init.normal_(self.output.weight, std=std)
+        cos, sin = build_rope_tables(self.config, self.rope_cos.device, self.rope_cos.dtype)
+        self.rope_cos.copy_(cos)
+        self.rope_sin.copy_(sin)
+
+    # ---- forward -------------------------------------------------------------------------
+    def forward(
+        self,
+        idx: torch.Tensor,
+        targets: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        kv_cache: KVCache | None = None,
+        positions: torch.Tensor | None = None,
+        causal_routing: bool = False,
+    ) -> ModelOutput:
+        """idx (B, T) int64. attention_mask (B, L) with 1 on real tokens (L = cache length + T with a
+        cache, else T) for left padding. positions (B, T) overrides RoPE positions (default: count of
+        real tokens before each one). causal_routing: MoD decides per token with its causal predictor
+        instead of top-k over the sequence (always on with a KV cache)."""
+        B, T = idx.shape
+        start = 0 if kv_cache is None else kv_cache.length
+        end = start + T
+        self._check_lengths(B, T, end, attention_mask, kv_cache, positions)
+
+        key_valid = None if attention_mask is None else attention_mask.bool()  # (B, L)
+        if kv_cache is not None:
+            new_valid = True if key_valid is None else key_valid[:, start:end]
+            kv_cache.pad_valid[:, start:end] = new_valid
+            key_valid = kv_cache.pad_valid[:, :end]
+        if positions is None and attention_mask is not None:
+            positions = (attention_mask.long().cumsum(1) - 1).clamp(min=0)[:, start:end]  # (B, T)
+        if positions is None:
+            cos, sin = self.rope_cos[start:end], self.rope_sin[start:end]  # (T, hd)
+            positions = torch.arange(start, end, device=idx.device).expand(B, T)
+        else:
+            cos, sin = (
+                lookup(self.rope_cos, positions),
+                lookup(self.rope_sin, positions),
+            )  # (B, T, hd)
+        mask = None
+        if key_valid is not None:
+            mask = causal_mask(torch.arange(start, end, device=idx.device), key_valid)  # (B,1,T,L)
+
+        ctx = Context(
+            cos=cos,
+            sin=sin,
+            positions=positions,
+            cos_table=self.rope_cos,
+            sin_table=self.rope_sin,
+            mask=mask,
+            key_valid=key_valid,
+            cache=kv_cache,
+            start=start,
+            causal_routing=causal_routing,
+        )
+        x = self.tok_embeddings(idx)  # (B, T, C)
+        for layer in self.layers:
+            x = layer(x, ctx)
+        x = self.norm(x)
+        weight = self.tok_embeddings.weight if self.output is None else self.output.weight
+        logits = x @ weight.T  # (B, T, V)
+        if kv_cache is not None:
+            kv_cache.length = end
+
+        loss = None
+        if targets is not None:
+            loss = self.kernels.cross_entropy(logits.reshape(B * T, -1), targets.reshape(B * T))
+        aux, stats = _collect(ctx.moe_records, ctx.mod_records)
+        return ModelOutput(logits=logits, loss=loss, aux=aux, stats=stats)
+
+    def _check_lengths(
+        self,
+        B: int,
+        T: int,
+        end: int,
+        attention_mask: torch.Tensor | None,
+        kv_cache: KVCache | None,
+        positions: torch.Tensor | None,
+    ) -> None:
+        if end > self.config.max_seq_len:
+            raise ValueError(
+                f"forward: sequence end {end} exceeds ModelConfig.max_seq_len = {self.config.max_seq_len}"
+            )
+        if attention_mask is not None and tuple(attention_mask.shape) != (B, end):
+            raise ValueError(
+                f"forward: attention_mask has shape {tuple(attention_mask.shape)}, expected {(B, end)} "
+                "(batch, cache length + new tokens)"
+            )
+        if positions is not None and tuple(positions.shape) != (B, T):
+            raise ValueError(
+                f"forward: positions has shape {tuple(positions.shape)}, expected {(B, T)}"
+            )
+        if kv_cache is not None:
+            if kv_cache.batch_size != B:
+                raise ValueError(
+                    f"forward: kv_cache holds batch {kv_cache.batch_size}, idx has {B}"
+                )
+            if end > kv_cache.max_len:
+                raise ValueError(f"forward: kv_cache holds {kv_cache.max_len} slots, needs {end}")
+
+
+def _collect(
+    moe: list[MoERecord], mod: list[MoDRecord]
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """Sum aux losses over layers; stack detached stats per layer (contract keys)."""
+    aux: dict[str, torch.Tensor] = {}
+    stats: dict[str, torch.Tensor] = {}
+    if moe:
+        aux["moe_lb"] = torch.stack([r.lb for r in moe]).sum()
+        aux["moe_z"] = torch.stack([r.z for r in moe]).sum()
+        stats["moe/tokens_per_expert"] = torch.stack([r.tokens_per_expert for r in moe])
+        stats["moe/entropy"] = torch.stack([r.entropy for r in moe])
+        stats["moe/dropped_fraction"] = torch.stack([r.dropped_fraction for r in moe])
+        stats["moe/max_violation"] = torch.stack([r.max_violation for r in moe])
+        stats["moe/router_z"] = torch.stack([r.router_z for r in moe])
+    if mod:
+        losses = [r.predictor_loss for r in mod if r.predictor_loss is not None]
+        if losses:
+            aux["mod_predictor"] = torch.stack(losses).sum()
+        stats["mod/selected_fraction"] = torch.stack([r.selected_fraction for r in mod])
+        stats["mod/predictor_accuracy"] = torch.stack([r.predictor_accuracy for r in mod])
+    return aux, stats

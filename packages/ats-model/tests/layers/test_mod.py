@@ -1,0 +1,200 @@
+"""Mixture-of-Depths: the gathered computation against a per-sequence loop through a plain block,
+causal (predictor) routing with ragged selections, static / random rules, the predictor loss,
+router gradients, and the compute saving (FLOPs counted by torch, timing printed)."""
+
+import dataclasses
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+from ats_model import MoDConfig, build_model
+from ats_model.layers.block import Block, Context
+from ats_model.layers.mod import MoDBlock, position_hash
+from torch.utils.flop_counter import FlopCounterMode
+
+
+def _ctx(model, B: int, T: int, causal: bool = False) -> Context:
+    return Context(
+        cos=model.rope_cos[:T],
+        sin=model.rope_sin[:T],
+        positions=torch.arange(T).expand(B, T),
+        cos_table=model.rope_cos,
+        sin_table=model.rope_sin,
+        mask=None,
+        key_valid=None,
+        cache=None,
+        start=0,
+        causal_routing=causal,
+    )
+
+
+def _reference(model, block: MoDBlock, x: torch.Tensor, sel: torch.Tensor) -> torch.Tensor:
+    """Per sequence: run the plain block on the selected tokens (original positions), add
+    sigmoid(router) * delta back at their places."""
+    out = x.clone()
+    for b in range(x.shape[0]):
+        idx = sel[b].nonzero().squeeze(1)
+        if idx.numel() == 0:
+            continue
+        x_sel = x[b : b + 1, idx]  # (1, k, C)
+        ctx = Context(
+            cos=model.rope_cos[idx][None],
+            sin=model.rope_sin[idx][None],
+            positions=idx[None],
+            cos_table=model.rope_cos,
+            sin_table=model.rope_sin,
+            mask=None,
+            key_valid=None,
+            cache=None,
+            start=0,
+            causal_routing=False,
+        )
+        delta = Block.forward(block, x_sel, ctx) - x_sel
+        w = torch.sigmoid(block.mod_router(x_sel)).squeeze(-1)  # (1, k)
+        out[b, idx] += w[0, :, None] * delta[0]
+    return out
+
+
+def test_learned_topk_matches_per_sequence_loop(make_config) -> None:
+    torch.manual_seed(0)
+    model = build_model(make_config("mod"), dtype=torch.float64)
+    block = model.layers[0]
+    x = torch.randn(3, 10, 8, dtype=torch.float64)
+    ctx = _ctx(model, 3, 10)
+    got = block(x, ctx)
+    logits = block.mod_router(x).squeeze(-1)
+    top = torch.topk(logits, 5, dim=1).indices  # ceil(0.5 * 10) = 5 per sequence
+    sel = torch.zeros(3, 10, dtype=torch.bool).scatter(1, top, True)
+    torch.testing.assert_close(got, _reference(model, block, x, sel))
+    assert ctx.mod_records[0].selected_fraction.item() == 0.5
+
+
+def test_causal_routing_uses_predictor_with_ragged_counts(make_config) -> None:
+    torch.manual_seed(1)
+    model = build_model(make_config("mod"), dtype=torch.float64)
+    block = model.layers[0]
+    x = torch.randn(4, 9, 8, dtype=torch.float64)
+    sel = block.mod_predictor(x) > 0
+    counts = sel.sum(1).tolist()
+    assert len(set(counts)) > 1, counts  # ragged: exercises the padded gather path
+    got = block(x, _ctx(model, 4, 9, causal=True))
+    torch.testing.assert_close(got, _reference(model, block, x, sel))
+
+
+def test_predictor_loss_is_bce_on_detached_input(make_config) -> None:
+    torch.manual_seed(2)
+    model = build_model(make_config("mod"), dtype=torch.float64)
+    block = model.layers[0]
+    x = torch.randn(2, 6, 8, dtype=torch.float64, requires_grad=True)
+    ctx = _ctx(model, 2, 6)
+    block(x, ctx)
+    rec = ctx.mod_records[0]
+    target = torch.zeros(2, 6, dtype=torch.float64).scatter(
+        1, torch.topk(block.mod_router(x).squeeze(-1), 3, 1).indices, 1.0
+    )
+    pred = block.mod_predictor(x)
+    torch.testing.assert_close(rec.predictor_loss, F.binary_cross_entropy_with_logits(pred, target))
+    acc = ((pred > 0) == (target > 0.5)).double().mean()
+    assert rec.predictor_accuracy.item() == pytest.approx(acc.item())
+    (g,) = torch.autograd.grad(rec.predictor_loss, x, allow_unused=True)
+    assert g is None  # the predictor never pushes gradient into the residual stream
+
+
+def test_router_gets_gradient_from_lm_loss(make_config) -> None:
+    model = build_model(make_config("mod"))
+    idx = torch.randint(0, 23, (2, 12))
+    out = model(idx, targets=idx)
+    out.loss.backward()
+    for layer in model.mod_layers():
+        assert layer.mod_router.weight.grad.abs().sum() > 0
+        assert layer.mod_predictor.w_in.weight.grad is None  # only the aux loss trains it
+    model.zero_grad()
+    out = model(idx, targets=idx)
+    out.aux["mod_predictor"].backward()
+    assert model.mod_layers()[0].mod_predictor.w_in.weight.grad.abs().sum() > 0
+
+
+def test_static_and_random_rules(make_config) -> None:
+    static = build_model(
+        make_config("mod", mod=MoDConfig(capacity=0.5, routing="static", placement="all"))
+    )
+    assert not hasattr(static.layers[0], "mod_router")
+    keep = static.layers[0]._rule(torch.arange(8)[None])
+    assert keep[0].tolist() == [False, True] * 4
+    quarter = dataclasses.replace(static.config.mod, capacity=0.25)
+    q = build_model(make_config("mod", mod=quarter)).layers[0]._rule(torch.arange(8)[None])
+    assert q[0].nonzero().squeeze(1).tolist() == [3, 7]
+    u = position_hash(torch.arange(20000), seed=5)
+    assert 0.49 < (u < 0.5).double().mean().item() < 0.51
+    assert torch.equal(u, position_hash(torch.arange(20000), seed=5))
+    assert not torch.equal(u, position_hash(torch.arange(20000), seed=6))
+    rnd = build_model(make_config("mod", mod=dataclasses.replace(quarter, routing="random")))
+    out = rnd(torch.randint(0, 23, (2, 30)))
+    assert "mod_predictor" not in out.aux
+    assert 0.05 < out.stats["mod/selected_fraction"].mean().item() < 0.5
+
+
+def _block_flops(model, idx: torch.Tensor, layer: int) -> tuple[int, int]:
+    """(matmul FLOPs, SDPA forward FLOPs) of one block over a forward + backward, per torch's
+    FlopCounterMode (SDPA is counted only where torch registers a formula for the CPU kernel)."""
+    with FlopCounterMode(display=False) as counter:
+        out = model(idx, targets=idx)
+        (out.loss + sum(out.aux.values())).backward()
+    counts = counter.get_flop_counts()[f"Transformer.layers.{layer}"]
+    matmul = sum(v for k, v in counts.items() if str(k) in ("aten.mm", "aten.addmm", "aten.bmm"))
+    sdpa = sum(v for k, v in counts.items() if "dot_product" in str(k) and "backward" not in str(k))
+    return matmul, sdpa
+
+
+def test_mod_really_saves_compute() -> None:
+    """FLOPs of a routed block (counted by torch) fall to c of the full block on its matmuls and
+    c^2 on attention; router and predictor still see every token."""
+    from ats_model import presets
+
+    tiny = presets.get("tiny-mod")  # predictor_dim 16: routing overhead small next to the block
+    base = dataclasses.replace(
+        tiny, mod=dataclasses.replace(tiny.mod, capacity=1.0, placement="all")
+    )
+    B, T = 2, 64
+    idx = torch.randint(0, base.vocab_size, (B, T))
+    full_mm, full_sdpa = _block_flops(build_model(base), idx, 1)
+    C, d_attn, F_ = base.dim, base.n_head * base.head_dim, base.ffn_dim
+    matmul = 6 * (2 * C * d_attn + 2 * C * base.n_kv_head * base.head_dim + 3 * C * F_)
+    H = base.mod.predictor_dim
+    routing = 6 * C + 4 * H * C + 6 * H  # predictor input is detached: no input grad for w_in
+    assert full_mm == (matmul + routing) * B * T
+    assert full_sdpa in (0, 4 * d_attn * T * B * T)  # QK^T + AV over T keys, if torch counts it
+    for c in (0.5, 0.25, 0.125):
+        cfg = dataclasses.replace(base, mod=dataclasses.replace(base.mod, capacity=c))
+        mm, sdpa = _block_flops(build_model(cfg), idx, 1)
+        expect = (c * matmul + routing) / (matmul + routing)
+        assert mm / full_mm == pytest.approx(expect, rel=1e-9), (c, mm / full_mm)
+        # the block's own matmuls (all but router + predictor) fall to exactly c
+        assert mm - routing * B * T == pytest.approx(c * (full_mm - routing * B * T), rel=1e-12)
+        assert sdpa == pytest.approx(c * c * full_sdpa, rel=1e-9)  # c*T queries over c*T keys
+
+
+def test_mod_timing_forward_backward() -> None:
+    """Printed, not asserted (timed asserts do not belong in tests)."""
+    from ats_model import presets
+
+    base = dataclasses.replace(presets.get("tiny-dense"), dim=128, n_layer=2, ffn_dim=384, n_head=4)
+    idx = torch.randint(0, base.vocab_size, (2, 256))
+    times = {}
+    for name, cfg in (
+        ("dense", base),
+        (
+            "mod c=0.125 all blocks",
+            dataclasses.replace(base, family="mod", mod=MoDConfig(capacity=0.125, placement="all")),
+        ),
+    ):
+        model = build_model(cfg)
+        runs = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            out = model(idx, targets=idx)
+            (out.loss + sum(out.aux.values())).backward()
+            runs.append(time.perf_counter() - t0)
+        times[name] = f"{min(runs[1:]) * 1e3:.1f} ms"
+    print(f"\nMoD fwd+bwd timing, best of 2 (B=2, T=256, 2 layers): {times}")

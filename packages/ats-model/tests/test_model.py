@@ -1,0 +1,232 @@
+"""The Transformer forward: loss with ignore_index, aux/stats per family, causality, finite-difference
+gradients in float64 (router included), state_dict names of the contract, bad input."""
+
+import math
+import re
+
+import pytest
+import torch
+from ats_model import MoEConfig, build_model
+
+FAMILIES = ["dense", "moe", "mod", "hybrid"]
+
+
+def test_loss_is_mean_ce_over_non_ignored(make_config) -> None:
+    model = build_model(make_config("moe"), dtype=torch.float64)
+    idx = torch.randint(0, 23, (2, 7))
+    targets = idx.roll(-1, 1)
+    targets[0, 3] = targets[1, -1] = -100
+    out = model(idx, targets=targets)
+    total, count = 0.0, 0
+    for b in range(2):
+        for t in range(7):
+            if targets[b, t] != -100:
+                row = out.logits[b, t]
+                total -= (row[targets[b, t]] - torch.logsumexp(row, 0)).item()
+                count += 1
+    assert out.loss.item() == pytest.approx(total / count, rel=1e-12)
+    assert model(idx).loss is None
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_aux_and_stats_per_family(make_config, family: str) -> None:
+    cfg = make_config(family)
+    out = build_model(cfg)(torch.randint(0, 23, (3, 10)))
+    has_moe, has_mod = family in ("moe", "hybrid"), family in ("mod", "hybrid")
+    assert set(out.aux) == ({"moe_lb", "moe_z"} if has_moe else set()) | (
+        {"mod_predictor"} if has_mod else set()
+    )
+    n_moe, n_mod = (2 if has_moe else 0), (2 if has_mod else 0)
+    if has_moe:
+        assert out.stats["moe/tokens_per_expert"].shape == (n_moe, 4)
+        for key in ("entropy", "dropped_fraction", "max_violation", "router_z"):
+            assert out.stats[f"moe/{key}"].shape == (n_moe,)
+    if has_mod:
+        assert out.stats["mod/selected_fraction"].shape == (n_mod,)
+        assert out.stats["mod/predictor_accuracy"].shape == (n_mod,)
+        assert out.stats["mod/selected_fraction"].tolist() == [0.5, 0.5]
+    for v in out.stats.values():
+        assert not v.requires_grad
+    for v in out.aux.values():
+        assert v.dim() == 0 and v.requires_grad
+
+
+def test_moe_slots_counted(make_config) -> None:
+    out = build_model(make_config("moe"))(torch.randint(0, 23, (3, 10)))
+    assert out.stats["moe/tokens_per_expert"].sum(1).tolist() == [60.0, 60.0]  # 30 tokens * top-2
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_changing_a_later_token_never_changes_earlier_logits(make_config, family: str) -> None:
+    torch.manual_seed(0)
+    model = build_model(make_config(family), dtype=torch.float64).eval()
+    idx = torch.randint(0, 23, (2, 12))
+    base = model(idx, causal_routing=True).logits
+    for t in (3, 7, 11):
+        changed = idx.clone()
+        changed[:, t] = (changed[:, t] + 5) % 23
+        after = model(changed, causal_routing=True).logits
+        torch.testing.assert_close(after[:, :t], base[:, :t], rtol=0, atol=1e-12)
+
+
+def test_mod_topk_routing_is_not_causal_but_predictor_routing_is(make_config) -> None:
+    """Top-k over the sequence sees the future (why generation uses the predictor)."""
+    torch.manual_seed(0)
+    model = build_model(make_config("mod"), dtype=torch.float64)
+    idx = torch.randint(0, 23, (4, 12))
+    differs = False
+    for t in range(4, 12):
+        changed = idx.clone()
+        changed[:, t] = (changed[:, t] + 7) % 23
+        differs |= not torch.allclose(model(changed).logits[:, :4], model(idx).logits[:, :4])
+    assert differs
+
+
+def _loss_of(model, names: list[str], idx: torch.Tensor):
+    params = dict(model.named_parameters())
+
+    def f(*values: torch.Tensor) -> torch.Tensor:
+        state = {**params, **dict(zip(names, values, strict=True))}
+        out = torch.func.functional_call(model, state, (idx,), {"targets": idx})
+        return out.loss + sum(out.aux.values())
+
+    return f, tuple(params[n].detach().clone().requires_grad_() for n in names)
+
+
+@pytest.mark.parametrize(
+    "family,names",
+    [
+        ("dense", ["layers.0.attn.wq.weight", "layers.1.ffn.w2.weight", "norm.weight"]),
+        (
+            "moe",
+            [
+                "layers.0.ffn.router.weight",
+                "layers.1.ffn.router.weight",
+                "layers.1.ffn_norm.weight",
+            ],
+        ),
+        (
+            "mod",
+            [
+                "layers.0.mod_router.weight",
+                "layers.1.mod_predictor.w_in.weight",
+                "layers.1.attn.wk.weight",
+            ],
+        ),
+        ("hybrid", ["layers.1.mod_router.weight", "layers.1.ffn.router.weight"]),
+    ],
+)
+def test_finite_difference_gradients(make_config, family: str, names: list[str]) -> None:
+    torch.manual_seed(0)
+    cfg = make_config(family, max_seq_len=8)
+    model = build_model(cfg, dtype=torch.float64)
+    model.train()
+    for m in model.moe_layers():
+        m.bias_update_rate = 0.0
+    f, inputs = _loss_of(model, names, torch.randint(0, 23, (2, 6)))
+    assert torch.autograd.gradcheck(f, inputs, eps=1e-6, atol=1e-6, fast_mode=True)
+
+
+def test_state_dict_names_follow_contract(make_config) -> None:
+    moe = MoEConfig(n_experts=4, top_k=2, n_shared_experts=1)
+    cfg = make_config("hybrid", moe=moe, tie_embeddings=True)
+    keys = set(build_model(cfg).state_dict())
+    layer = {
+        "attn_norm.weight",
+        "attn.wq.weight",
+        "attn.wk.weight",
+        "attn.wv.weight",
+        "attn.wo.weight",
+        "ffn_norm.weight",
+        "ffn.router.weight",
+        "ffn.experts.w1",
+        "ffn.experts.w3",
+        "ffn.experts.w2",
+        "ffn.expert_bias",
+        "ffn.shared.w1.weight",
+        "ffn.shared.w3.weight",
+        "ffn.shared.w2.weight",
+        "mod_router.weight",
+        "mod_predictor.w_in.weight",
+        "mod_predictor.w_out.weight",
+    }
+    expect = {"tok_embeddings.weight", "norm.weight"} | {
+        f"layers.{i}.{k}" for i in range(2) for k in layer
+    }
+    assert keys == expect  # tied: no output.weight; rope tables are not state
+    untied = set(build_model(make_config("dense", tie_embeddings=False)).state_dict())
+    assert "output.weight" in untied
+    shapes = {k: tuple(v.shape) for k, v in build_model(cfg).state_dict().items()}
+    assert shapes["layers.0.attn.wk.weight"] == (4, 8) and shapes["layers.0.ffn.experts.w2"] == (
+        4,
+        8,
+        12,
+    )
+    assert shapes["layers.0.mod_router.weight"] == (1, 8) and shapes[
+        "layers.0.mod_predictor.w_in.weight"
+    ] == (4, 8)
+
+
+def test_tied_embeddings_share_the_matrix(make_config) -> None:
+    model = build_model(make_config("dense", tie_embeddings=True))
+    idx = torch.randint(0, 23, (1, 5))
+    out = model(idx, targets=idx)
+    out.loss.backward()
+    assert model.output is None
+    h = model.norm(model.tok_embeddings(idx))
+    assert model.tok_embeddings.weight.grad is not None and h.shape[-1] == 8
+
+
+def test_residual_init_is_scaled() -> None:
+    from ats_model import presets
+
+    cfg = presets.get("20m-dense")
+    torch.manual_seed(0)
+    model = build_model(cfg)
+    std = cfg.init_std
+    assert model.layers[0].attn.wq.weight.std().item() == pytest.approx(std, rel=0.02)
+    assert model.layers[0].attn.wo.weight.std().item() == pytest.approx(
+        std / math.sqrt(2 * cfg.n_layer), rel=0.02
+    )
+    assert model.layers[0].ffn.w2.weight.std().item() == pytest.approx(
+        std / math.sqrt(2 * cfg.n_layer), rel=0.02
+    )
+    assert torch.equal(model.norm.weight, torch.ones(cfg.dim))
+
+
+def test_bad_inputs(make_config) -> None:
+    model = build_model(make_config("dense"))
+    with pytest.raises(ValueError, match=r"sequence end 40 exceeds ModelConfig.max_seq_len = 32"):
+        model(torch.zeros(1, 40, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"attention_mask has shape \(1, 4\), expected \(1, 5\)"):
+        model(torch.zeros(1, 5, dtype=torch.long), attention_mask=torch.ones(1, 4))
+    with pytest.raises(ValueError, match=r"positions has shape"):
+        model(torch.zeros(1, 5, dtype=torch.long), positions=torch.zeros(5, dtype=torch.long))
+    with pytest.raises(TypeError, match="ModelConfig"):
+        build_model({"dim": 8})
+    with pytest.raises(RuntimeError, match="'cuda' requested"):
+        build_model(make_config("dense"), kernels="cuda")
+
+
+def test_model_package_imports_no_distributed() -> None:
+    import pathlib
+
+    import ats_model
+
+    root = pathlib.Path(ats_model.__file__).parent
+    for path in root.rglob("*.py"):
+        assert not re.search(r"torch\.distributed|import torch\.distributed", path.read_text()), (
+            path
+        )
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_left_padding_leaves_real_tokens_unchanged(make_config, family: str) -> None:
+    torch.manual_seed(0)
+    model = build_model(make_config(family), dtype=torch.float64)
+    seq = torch.randint(0, 23, (1, 6))
+    padded = torch.cat([torch.zeros(1, 3, dtype=torch.long), seq], 1)
+    mask = torch.tensor([[0, 0, 0, 1, 1, 1, 1, 1, 1]])
+    plain = model(seq, causal_routing=True).logits
+    got = model(padded, attention_mask=mask, causal_routing=True).logits[:, 3:]
+    torch.testing.assert_close(got, plain, rtol=0, atol=1e-12)
