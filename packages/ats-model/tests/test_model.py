@@ -230,3 +230,21 @@ def test_left_padding_leaves_real_tokens_unchanged(make_config, family: str) -> 
     plain = model(seq, causal_routing=True).logits
     got = model(padded, attention_mask=mask, causal_routing=True).logits[:, 3:]
     torch.testing.assert_close(got, plain, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("family", ["dense", "hybrid"])
+def test_dropout_is_training_only(make_config, family: str) -> None:
+    torch.manual_seed(0)
+    plain = build_model(make_config(family))
+    dropped = build_model(make_config(family, dropout=0.3))
+    dropped.load_state_dict(plain.state_dict())
+    idx = torch.randint(0, plain.config.vocab_size, (2, 12))
+    plain.eval()
+    dropped.eval()
+    # in eval the regularizer is gone: same weights, same logits as the dropout-free model
+    torch.testing.assert_close(dropped(idx).logits, plain(idx).logits, rtol=0, atol=0)
+    dropped.train()
+    a, b = dropped(idx).logits, dropped(idx).logits
+    assert not torch.equal(a, b), "two training forwards drew the same dropout masks"
+    with pytest.raises(ValueError, match=r"dropout = 1.0 is invalid"):
+        make_config(family, dropout=1.0)

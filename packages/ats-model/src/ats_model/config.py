@@ -131,6 +131,9 @@ class ModelConfig:
     norm_eps: float = 1e-5
     tie_embeddings: bool = False
     init_std: float = 0.02
+    # training-time regularizer on embeddings, attention weights and both residual branches
+    # (nanoGPT's placement); inference ignores it, so exports and the native runtime do too
+    dropout: float = 0.0
     moe: MoEConfig | None = None
     mod: MoDConfig | None = None
 
@@ -175,6 +178,8 @@ class ModelConfig:
             _fail(o, "norm_eps", self.norm_eps, "a float > 0")
         if not self.init_std > 0:
             _fail(o, "init_std", self.init_std, "a float > 0")
+        if not 0.0 <= self.dropout < 1.0:
+            _fail(o, "dropout", self.dropout, "a float in [0, 1)")
         needs_moe = self.family in ("moe", "hybrid")
         needs_mod = self.family in ("mod", "hybrid")
         if needs_moe != (self.moe is not None):

@@ -31,6 +31,7 @@ class Transformer(nn.Module):
         self.tok_embeddings = nn.Embedding(
             config.vocab_size, config.dim, _weight=torch.empty(config.vocab_size, config.dim)
         )
+        self.emb_drop = nn.Dropout(config.dropout)
         self.layers = nn.ModuleList(
             spec.build_block(config, i, kernels) for i in range(config.n_layer)
         )
@@ -116,7 +117,7 @@ class Transformer(nn.Module):
             start=start,
             causal_routing=causal_routing,
         )
-        x = self.tok_embeddings(idx)  # (B, T, C)
+        x = self.emb_drop(self.tok_embeddings(idx))  # (B, T, C)
         for layer in self.layers:
             x = layer(x, ctx)
         x = self.norm(x)

@@ -40,6 +40,7 @@ class Attention(nn.Module):
         self.wk = nn.Linear(config.dim, config.n_kv_head * config.head_dim, bias=False)
         self.wv = nn.Linear(config.dim, config.n_kv_head * config.head_dim, bias=False)
         self.wo = nn.Linear(config.n_head * config.head_dim, config.dim, bias=False)
+        self.dropout = config.dropout  # on the attention weights, in training only
 
     def init_weights(self, std: float, resid_std: float) -> None:
         for lin in (self.wq, self.wk, self.wv):
@@ -77,6 +78,7 @@ class Attention(nn.Module):
             v,
             attn_mask=mask,
             is_causal=mask is None,
+            dropout_p=self.dropout if self.training else 0.0,
             enable_gqa=self.n_head != self.n_kv_head,
         )  # (B, nh, T, hd)
         y = y.transpose(1, 2).reshape(B, T, self.n_head * self.head_dim)  # (B, T, nh*hd)

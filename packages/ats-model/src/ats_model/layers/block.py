@@ -52,6 +52,7 @@ class Block(nn.Module):
         self.attn = Attention(config, kernels)
         self.ffn_norm = RMSNorm(config.dim, config.norm_eps, kernels)
         self.ffn = ffn
+        self.resid_drop = nn.Dropout(config.dropout)  # identity when dropout == 0 or in eval
 
     def init_weights(self, std: float, resid_std: float) -> None:
         self.attn_norm.init_weights()
@@ -79,12 +80,13 @@ class Block(nn.Module):
         ctx: Context,
     ) -> torch.Tensor:
         """What the block adds to the residual stream: attn(...) + ffn(...), shape of x."""
-        a = self.attn(self.attn_norm(x), cos, sin, mask, cache, ctx.start)
-        f = self._ffn(self.ffn_norm(x + a), ctx)
+        a = self.resid_drop(self.attn(self.attn_norm(x), cos, sin, mask, cache, ctx.start))
+        f = self.resid_drop(self._ffn(self.ffn_norm(x + a), ctx))
         return a + f
 
     def forward(self, x: torch.Tensor, ctx: Context) -> torch.Tensor:
-        h = x + self.attn(
+        a = self.attn(
             self.attn_norm(x), ctx.cos, ctx.sin, ctx.mask, self.cache_layer(ctx), ctx.start
         )
-        return h + self._ffn(self.ffn_norm(h), ctx)
+        h = x + self.resid_drop(a)
+        return h + self.resid_drop(self._ffn(self.ffn_norm(h), ctx))
