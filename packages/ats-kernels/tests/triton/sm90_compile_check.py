@@ -48,13 +48,15 @@ def main() -> None:
                 "stride_r": "i32",
                 "stride_y": "i32",
                 "stride_h": "i32",
+                "M": "i32",
                 "N": "i32",
                 "eps": "fp32",
                 "HAS_RESIDUAL": "constexpr",
-                "BLOCK": "constexpr",
+                "BLOCK_M": "constexpr",
+                "BLOCK_N": "constexpr",
             },
-            {"HAS_RESIDUAL": True, "BLOCK": 4096},
-            8,
+            {"HAS_RESIDUAL": True, "BLOCK_M": 2, "BLOCK_N": 4096},
+            16,
         )
         comp(
             rn._rms_norm_bwd_kernel,
@@ -73,9 +75,10 @@ def main() -> None:
                 "M": "i32",
                 "N": "i32",
                 "HAS_DH": "constexpr",
-                "BLOCK": "constexpr",
+                "BLOCK_M": "constexpr",
+                "BLOCK_N": "constexpr",
             },
-            {"HAS_DH": True, "BLOCK": 4096},
+            {"HAS_DH": True, "BLOCK_M": 1, "BLOCK_N": 4096},
             8,
         )
     rp = m("rope")
@@ -104,13 +107,11 @@ def main() -> None:
             sig[k] = "i32"
         sig |= {
             "BACKWARD": "constexpr",
-            "BLOCK_HQ": "constexpr",
-            "BLOCK_HK": "constexpr",
+            "HEADS": "constexpr",
+            "BLOCK_T": "constexpr",
             "BLOCK_HALF": "constexpr",
         }
-        comp(
-            rp._rope_kernel, sig, {"BACKWARD": bw, "BLOCK_HQ": 32, "BLOCK_HK": 8, "BLOCK_HALF": 64}
-        )
+        comp(rp._rope_kernel, sig, {"BACKWARD": bw, "HEADS": 8, "BLOCK_T": 32, "BLOCK_HALF": 64}, 8)
     sw = m("swiglu")
     comp(
         sw._swiglu_fwd_kernel,
@@ -121,10 +122,13 @@ def main() -> None:
             "stride_g": "i32",
             "stride_u": "i32",
             "stride_y": "i32",
+            "M": "i32",
             "N": "i32",
-            "BLOCK": "constexpr",
+            "BLOCK_M": "constexpr",
+            "BLOCK_N": "constexpr",
         },
-        {"BLOCK": 1024},
+        {"BLOCK_M": 2, "BLOCK_N": 4096},
+        16,
     )
     comp(
         sw._swiglu_bwd_kernel,
@@ -139,10 +143,13 @@ def main() -> None:
             "stride_u": "i32",
             "stride_dg": "i32",
             "stride_du": "i32",
+            "M": "i32",
             "N": "i32",
-            "BLOCK": "constexpr",
+            "BLOCK_M": "constexpr",
+            "BLOCK_N": "constexpr",
         },
-        {"BLOCK": 1024},
+        {"BLOCK_M": 2, "BLOCK_N": 4096},
+        16,
     )
     ce = m("cross_entropy")
     for lg, wl, wg in [(False, True, True), (False, True, False), (True, False, True)]:

@@ -1,4 +1,4 @@
-"""Launch arithmetic shared by the Triton kernels: block sizes, warp counts, persistent grid size.
+"""Launch arithmetic shared by the Triton kernels: row block sizes, persistent grid size.
 
 Under TRITON_INTERPRET=1 (CPU tests) kernels run on CPU tensors; the grid is kept small there.
 """
@@ -22,17 +22,6 @@ def row_block(n_cols: int, op: str) -> int:
     if block > MAX_FUSED_SIZE:
         raise ValueError(f"{op}: last dim {n_cols} exceeds the fused row limit {MAX_FUSED_SIZE}")
     return block
-
-
-def warps_for(block: int) -> int:
-    """More warps for wider rows, so each thread holds at most ~16 elements."""
-    if block >= 16384:
-        return 16
-    if block >= 4096:
-        return 8
-    if block >= 1024:
-        return 4
-    return 2
 
 
 def n_persistent_programs(device: torch.device, per_sm: int = 2) -> int:

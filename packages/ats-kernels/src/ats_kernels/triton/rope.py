@@ -1,7 +1,9 @@
 """Triton RoPE for q and k in one launch, forward + backward (HF half-split convention).
 
-One program per (batch, position) rotates every q head and every k head there, so cos/sin are
-read once per position. Backward is the transposed rotation (rope with -sin, halves swapped).
+One program per (block of positions, batch, group of 8 heads of q or k) loads the cos/sin tile once
+and rotates each head's contiguous (positions x head_dim) slab: long contiguous runs instead of
+scattered 256-byte head rows. Backward is the transposed rotation (rope with -sin, halves swapped).
+Tuning history and the ladder that times it: packages/ats-kernels/dev/rope/.
 """
 
 import torch
@@ -9,39 +11,8 @@ import triton
 import triton.language as tl
 
 _IO_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-
-@triton.jit
-def _rotate_heads(
-    X, Y, COS, SIN, b, t,
-    sxb, sxh, sxt, syb, syh, syt,
-    n_heads, half,
-    BACKWARD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr,
-):  # fmt: skip
-    """Rotate the (n_heads, hd) slab X[b, :, t, :] into Y[b, :, t, :]; COS/SIN point at this row."""
-    d = tl.arange(0, BLOCK_HALF)
-    d_mask = d < half
-    # tables rounded to x.dtype first, as ref_rope does (cos.to(q.dtype))
-    c1 = tl.load(COS + d, mask=d_mask, other=0.0).to(X.dtype.element_ty).to(tl.float32)
-    c2 = tl.load(COS + half + d, mask=d_mask, other=0.0).to(X.dtype.element_ty).to(tl.float32)
-    s1 = tl.load(SIN + d, mask=d_mask, other=0.0).to(X.dtype.element_ty).to(tl.float32)
-    s2 = tl.load(SIN + half + d, mask=d_mask, other=0.0).to(X.dtype.element_ty).to(tl.float32)
-    for h0 in range(0, n_heads, BLOCK_H):
-        h = h0 + tl.arange(0, BLOCK_H)
-        mask = (h < n_heads)[:, None] & d_mask[None, :]
-        x_row = X + b * sxb + t * sxt + h[:, None] * sxh + d[None, :]  # (BLOCK_H, BLOCK_HALF)
-        x1 = tl.load(x_row, mask=mask, other=0.0).to(tl.float32)
-        x2 = tl.load(x_row + half, mask=mask, other=0.0).to(tl.float32)
-        if BACKWARD:
-            # transpose of [[c1, -s1], [s2, c2]]
-            y1 = x1 * c1[None, :] + x2 * s2[None, :]
-            y2 = x2 * c2[None, :] - x1 * s1[None, :]
-        else:
-            y1 = x1 * c1[None, :] - x2 * s1[None, :]
-            y2 = x2 * c2[None, :] + x1 * s2[None, :]
-        y_row = Y + b * syb + t * syt + h[:, None] * syh + d[None, :]
-        tl.store(y_row, y1.to(Y.dtype.element_ty), mask=mask)
-        tl.store(y_row + half, y2.to(Y.dtype.element_ty), mask=mask)
+TILE = 2048  # elements of each half per (position block, head): 32 positions of head_dim 128
+HEADS = 8  # heads per program sharing one read of the cos/sin tile
 
 
 @triton.jit
@@ -51,18 +22,46 @@ def _rope_kernel(
     sqob, sqoh, sqot, skob, skoh, skot,
     scb, sct,
     T, n_q_heads, n_k_heads, half,
-    BACKWARD: tl.constexpr, BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr,
+    BACKWARD: tl.constexpr, HEADS: tl.constexpr, BLOCK_T: tl.constexpr,
     BLOCK_HALF: tl.constexpr,
 ):  # fmt: skip
-    pid = tl.program_id(0).to(tl.int64)
-    b = pid // T
-    t = pid % T
-    cos_row = COS + b * scb + t * sct
-    sin_row = SIN + b * scb + t * sct
-    _rotate_heads(Q, QO, cos_row, sin_row, b, t, sqb, sqh, sqt, sqob, sqoh, sqot,
-                  n_q_heads, half, BACKWARD, BLOCK_HQ, BLOCK_HALF)  # fmt: skip
-    _rotate_heads(K, KO, cos_row, sin_row, b, t, skb, skh, skt, skob, skoh, skot,
-                  n_k_heads, half, BACKWARD, BLOCK_HK, BLOCK_HALF)  # fmt: skip
+    # program (t block, b, head group): groups [0, n_q_groups) are q heads, the rest k heads
+    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    b = tl.program_id(1).to(tl.int64)
+    group = tl.program_id(2).to(tl.int64)
+    n_q_groups = tl.cdiv(n_q_heads, HEADS)
+    d = tl.arange(0, BLOCK_HALF)
+    mask = (t < T)[:, None] & (d < half)[None, :]
+    # (BLOCK_T, BLOCK_HALF) tables, read once per program and reused by HEADS heads; rounded to
+    # x.dtype first, as ref_rope does (cos.to(q.dtype))
+    tab = b * scb + t.to(tl.int64)[:, None] * sct + d[None, :]
+    c1 = tl.load(COS + tab, mask=mask, other=0.0).to(Q.dtype.element_ty).to(tl.float32)
+    c2 = tl.load(COS + tab + half, mask=mask, other=0.0).to(Q.dtype.element_ty).to(tl.float32)
+    s1 = tl.load(SIN + tab, mask=mask, other=0.0).to(Q.dtype.element_ty).to(tl.float32)
+    s2 = tl.load(SIN + tab + half, mask=mask, other=0.0).to(Q.dtype.element_ty).to(tl.float32)
+    if group < n_q_groups:
+        X, Y, n_heads, h0 = Q, QO, n_q_heads, group * HEADS
+        sxb, sxh, sxt, syb, syh, syt = sqb, sqh, sqt, sqob, sqoh, sqot
+    else:
+        X, Y, n_heads, h0 = K, KO, n_k_heads, (group - n_q_groups) * HEADS
+        sxb, sxh, sxt, syb, syh, syt = skb, skh, skt, skob, skoh, skot
+    # (BLOCK_T, BLOCK_HALF) pointers into head h0, stepped by one head per iteration
+    x_row = X + b * sxb + h0 * sxh + t.to(tl.int64)[:, None] * sxt + d[None, :]
+    y_row = Y + b * syb + h0 * syh + t.to(tl.int64)[:, None] * syt + d[None, :]
+    for _ in range(h0, tl.minimum(h0 + HEADS, n_heads)):
+        x1 = tl.load(x_row, mask=mask, other=0.0).to(tl.float32)
+        x2 = tl.load(x_row + half, mask=mask, other=0.0).to(tl.float32)
+        if BACKWARD:
+            # transpose of [[c1, -s1], [s2, c2]]
+            y1 = x1 * c1 + x2 * s2
+            y2 = x2 * c2 - x1 * s1
+        else:
+            y1 = x1 * c1 - x2 * s1
+            y2 = x2 * c2 + x1 * s2
+        tl.store(y_row, y1.to(Y.dtype.element_ty), mask=mask)
+        tl.store(y_row + half, y2.to(Y.dtype.element_ty), mask=mask)
+        x_row += sxh
+        y_row += syh
 
 
 def _unit_last(t: torch.Tensor) -> torch.Tensor:
@@ -79,17 +78,15 @@ def _launch(q, k, cos, sin, backward: bool) -> tuple[torch.Tensor, torch.Tensor]
     sct = cos.stride(-2)
     half = hd // 2
     block_half = triton.next_power_of_2(half)
-    # ~4k elements of each half per head block keeps registers in check
-    block_hq = min(triton.next_power_of_2(Hq), max(1, 4096 // block_half))
-    block_hk = min(triton.next_power_of_2(Hk), max(1, 4096 // block_half))
-    _rope_kernel[(B * T,)](
+    block_t = max(1, min(triton.next_power_of_2(T), TILE // block_half))
+    n_groups = triton.cdiv(Hq, HEADS) + triton.cdiv(Hk, HEADS)
+    _rope_kernel[(triton.cdiv(T, block_t), B, n_groups)](
         q, k, qo, ko, cos, sin,
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         qo.stride(0), qo.stride(1), qo.stride(2), ko.stride(0), ko.stride(1), ko.stride(2),
         scb, sct,
         T, Hq, Hk, half,
-        BACKWARD=backward, BLOCK_HQ=block_hq, BLOCK_HK=block_hk, BLOCK_HALF=block_half,
-        num_warps=4,
+        BACKWARD=backward, HEADS=HEADS, BLOCK_T=block_t, BLOCK_HALF=block_half, num_warps=8,
     )  # fmt: skip
     return qo, ko
 

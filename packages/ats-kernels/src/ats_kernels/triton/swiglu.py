@@ -1,7 +1,8 @@
 """Triton SwiGLU, silu(gate) * up, forward + backward in fp32 registers.
 
 gate/up may be row-strided views (e.g. the two halves of one fused w13 projection); the kernel
-reads them in place. Backward recomputes sigmoid(gate) instead of storing it.
+reads them in place, one (rows x columns) tile of 4096 elements per program. Backward recomputes
+sigmoid(gate) instead of storing it. Tuning history and its ladder: packages/ats-kernels/dev/swiglu/.
 """
 
 import torch
@@ -9,37 +10,58 @@ import triton
 import triton.language as tl
 
 _IO_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-BLOCK = 1024
+TILE = 4096  # elements per program: 32 per thread at 4 warps (dev/swiglu/03 won on the H200)
+WARPS = 4
+
+
+def _tile(M: int, N: int) -> tuple[tuple[int, int], int, int]:
+    """(grid, BLOCK_M, BLOCK_N) covering (M, N) with tiles of TILE elements."""
+    block_n = min(triton.next_power_of_2(N), TILE)
+    block_m = TILE // block_n
+    return (triton.cdiv(M, block_m), triton.cdiv(N, block_n)), block_m, block_n
 
 
 @triton.jit
-def _swiglu_fwd_kernel(G, U, Y, stride_g, stride_u, stride_y, N, BLOCK: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    mask = cols < N
-    g = tl.load(G + row * stride_g + cols, mask=mask, other=0.0).to(tl.float32)
-    u = tl.load(U + row * stride_u + cols, mask=mask, other=0.0).to(tl.float32)
-    y = g * tl.sigmoid(g) * u
-    tl.store(Y + row * stride_y + cols, y.to(Y.dtype.element_ty), mask=mask)
+def _sigmoid(g):
+    # approximate fp32 division (div.full, 2 ulp): tl.sigmoid's IEEE division costs ~10 instructions
+    return tl.math.fdiv(tl.full(g.shape, 1.0, tl.float32), 1.0 + tl.exp(-g), ieee_rounding=False)
+
+
+@triton.jit
+def _tile_offsets(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """(row offsets (BLOCK_M, 1) as int64, columns (1, BLOCK_N), mask) of this program's tile."""
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (rows < M)[:, None] & (cols < N)[None, :]
+    return rows.to(tl.int64)[:, None], cols[None, :], mask
+
+
+@triton.jit
+def _swiglu_fwd_kernel(
+    G, U, Y, stride_g, stride_u, stride_y, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr
+):
+    rows, cols, mask = _tile_offsets(M, N, BLOCK_M, BLOCK_N)
+    g = tl.load(G + rows * stride_g + cols, mask=mask, other=0.0).to(tl.float32)
+    u = tl.load(U + rows * stride_u + cols, mask=mask, other=0.0).to(tl.float32)
+    y = g * _sigmoid(g) * u
+    tl.store(Y + rows * stride_y + cols, y.to(Y.dtype.element_ty), mask=mask)
 
 
 @triton.jit
 def _swiglu_bwd_kernel(
     DY, G, U, DG, DU,
     stride_dy, stride_g, stride_u, stride_dg, stride_du,
-    N, BLOCK: tl.constexpr,
+    M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    mask = cols < N
-    dy = tl.load(DY + row * stride_dy + cols, mask=mask, other=0.0).to(tl.float32)
-    g = tl.load(G + row * stride_g + cols, mask=mask, other=0.0).to(tl.float32)
-    u = tl.load(U + row * stride_u + cols, mask=mask, other=0.0).to(tl.float32)
-    sig = tl.sigmoid(g)
+    rows, cols, mask = _tile_offsets(M, N, BLOCK_M, BLOCK_N)
+    dy = tl.load(DY + rows * stride_dy + cols, mask=mask, other=0.0).to(tl.float32)
+    g = tl.load(G + rows * stride_g + cols, mask=mask, other=0.0).to(tl.float32)
+    u = tl.load(U + rows * stride_u + cols, mask=mask, other=0.0).to(tl.float32)
+    sig = _sigmoid(g)
     silu = g * sig
     dg = dy * u * sig * (1.0 + g * (1.0 - sig))  # d silu / dg = sig * (1 + g * (1 - sig))
-    tl.store(DG + row * stride_dg + cols, dg.to(DG.dtype.element_ty), mask=mask)
-    tl.store(DU + row * stride_du + cols, (dy * silu).to(DU.dtype.element_ty), mask=mask)
+    tl.store(DG + rows * stride_dg + cols, dg.to(DG.dtype.element_ty), mask=mask)
+    tl.store(DU + rows * stride_du + cols, (dy * silu).to(DU.dtype.element_ty), mask=mask)
 
 
 def _as_rows(t: torch.Tensor) -> torch.Tensor:
@@ -53,10 +75,11 @@ def swiglu_forward(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     M, N = g2.shape
     y = torch.empty((M, N), device=gate.device, dtype=gate.dtype)
     if y.numel() > 0:
-        grid = (M, triton.cdiv(N, BLOCK))
+        grid, block_m, block_n = _tile(M, N)
         _swiglu_fwd_kernel[grid](
-            g2, u2, y, g2.stride(0), u2.stride(0), y.stride(0), N, BLOCK=BLOCK, num_warps=4
-        )
+            g2, u2, y, g2.stride(0), u2.stride(0), y.stride(0), M, N,
+            BLOCK_M=block_m, BLOCK_N=block_n, num_warps=WARPS,
+        )  # fmt: skip
     return y.view(gate.shape)
 
 
@@ -69,11 +92,11 @@ def swiglu_backward(
     dg = torch.empty((M, N), device=g2.device, dtype=g2.dtype)
     du = torch.empty((M, N), device=u2.device, dtype=u2.dtype)
     if dg.numel() > 0:
-        grid = (M, triton.cdiv(N, BLOCK))
+        grid, block_m, block_n = _tile(M, N)
         _swiglu_bwd_kernel[grid](
             dy2, g2, u2, dg, du,
             dy2.stride(0), g2.stride(0), u2.stride(0), dg.stride(0), du.stride(0),
-            N, BLOCK=BLOCK, num_warps=4,
+            M, N, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=WARPS,
         )  # fmt: skip
     return dg.view(gate.shape), du.view(gate.shape)
 
