@@ -198,3 +198,14 @@ def test_mod_timing_forward_backward() -> None:
             runs.append(time.perf_counter() - t0)
         times[name] = f"{min(runs[1:]) * 1e3:.1f} ms"
     print(f"\nMoD fwd+bwd timing, best of 2 (B=2, T=256, 2 layers): {times}")
+
+
+def test_mod_block_runs_under_cpu_autocast(make_config) -> None:
+    # the gathered block computes in bf16 under autocast; the scatter back must keep x's dtype
+    model = build_model(make_config("mod"))
+    idx = torch.randint(0, model.config.vocab_size, (2, 10))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(idx, targets=idx)
+    assert torch.isfinite(out.loss)
+    reference = model(idx, targets=idx).loss
+    torch.testing.assert_close(out.loss.float(), reference, rtol=0.05, atol=0.05)

@@ -153,7 +153,9 @@ class MoDBlock(Block):
         scale = slot_valid.to(delta.dtype)
         if weight is not None:
             scale = scale * weight.gather(1, idx)
-        return x.scatter_add(1, idx[..., None].expand(-1, -1, C), delta * scale[..., None])
+        # under autocast the block's matmuls give a lower-precision delta than the fp32 stream
+        update = (delta * scale[..., None]).to(x.dtype)
+        return x.scatter_add(1, idx[..., None].expand(-1, -1, C), update)
 
     def _forward_cached(
         self, x: torch.Tensor, ctx: Context, sel: torch.Tensor, weight: torch.Tensor | None
