@@ -1,5 +1,32 @@
-"""ats_native: the C++ runtime of ATS, exposed through one nanobind module."""
+"""ats_native: the C++ runtime of ATS, exposed through one nanobind module.
 
-from ats_native._ats_native import version
+Tokenizer fast path (contract: the ats_tokenizer package is the reference): `pretokenize`,
+`BpeEncoder`, `WordCounter`, `train_bpe`.
+Model runtime (issue 7; contract: briefs/native_runtime.md): `Model` (a model directory:
+logits, streaming `generate` -> `Generation`, `generate_batch`), `Tokenizer` (tokenizer.json),
+`cpu_features`.
+"""
 
-__all__ = ["version"]
+from ats_native._ats_native import (
+    BpeEncoder,
+    Generation,
+    Model,
+    Tokenizer,
+    WordCounter,
+    cpu_features,
+    pretokenize,
+    train_bpe,
+    version,
+)
+
+__all__ = [
+    "BpeEncoder",
+    "Generation",
+    "Model",
+    "Tokenizer",
+    "WordCounter",
+    "cpu_features",
+    "pretokenize",
+    "train_bpe",
+    "version",
+]

@@ -1,0 +1,311 @@
+// nanobind wrappers of the model runtime (include/ats/model.h, sampler.h, cpu.h): ids arrive as a
+// sequence or a numpy integer array, logits leave as a numpy array owning the C++ buffer (no
+// copy), the GIL is released around every compute call, and one lock per model serializes calls
+// from several Python threads (the model's thread pool runs one job at a time).
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <algorithm>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "ats/cpu.h"
+#include "ats/model.h"
+#include "ats/sampler.h"
+#include "model_bindings.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+struct Model {
+    ats_model *m = nullptr;
+    std::mutex lock;
+    ~Model() { ats_model_free(m); }
+};
+
+// ids -> (n_seq, T, int32 ids) checked against the vocabulary; `allow_2d` for batches.
+struct Ids {
+    int32_t n_seq = 0, T = 0;
+    bool batched = false;
+    std::vector<int32_t> data;
+};
+
+Ids to_ids(nb::handle obj, int32_t vocab, const char *what) {
+    nb::module_ np = nb::module_::import_("numpy");
+    nb::object arr = np.attr("asarray")(obj);
+    std::string kind = nb::cast<std::string>(arr.attr("dtype").attr("kind"));
+    int ndim = nb::cast<int>(arr.attr("ndim"));
+    int64_t size = nb::cast<int64_t>(arr.attr("size"));
+    if (size == 0) throw nb::value_error((std::string(what) + " is empty: need at least one token").c_str());
+    if (kind != "i" && kind != "u") {
+        throw nb::type_error((std::string(what) + " must hold integers, got dtype " +
+                              nb::cast<std::string>(arr.attr("dtype").attr("name")))
+                                 .c_str());
+    }
+    if (ndim != 1 && ndim != 2) {
+        throw nb::value_error((std::string(what) + " must be (T,) or (B, T), got " +
+                               std::to_string(ndim) + " dimensions")
+                                  .c_str());
+    }
+    nb::object flat = np.attr("ascontiguousarray")(arr, "dtype"_a = np.attr("int64"));
+    auto view = nb::cast<nb::ndarray<const int64_t, nb::c_contig, nb::device::cpu>>(flat);
+    Ids out;
+    out.batched = ndim == 2;
+    out.n_seq = ndim == 2 ? (int32_t)view.shape(0) : 1;
+    out.T = (int32_t)view.shape(ndim - 1);
+    out.data.resize((size_t)size);
+    const int64_t *p = view.data();
+    for (int64_t i = 0; i < size; i++) {
+        if (p[i] < 0 || p[i] >= vocab) {
+            throw nb::value_error((std::string(what) + ": token id " + std::to_string(p[i]) +
+                                   " at index " + std::to_string(i) + " is out of range [0, " +
+                                   std::to_string(vocab) + ")")
+                                      .c_str());
+        }
+        out.data[(size_t)i] = (int32_t)p[i];
+    }
+    return out;
+}
+
+ats_sampler *make_sampler(float temperature, int32_t top_k, float top_p, uint64_t seed, int32_t vocab) {
+    ats_sampler_params sp{temperature, top_k, top_p, seed};
+    char err[256];
+    ats_sampler *s = ats_sampler_init(&sp, vocab, err, sizeof err);
+    if (!s) raise_value_error(err);
+    return s;
+}
+
+// Streaming generation over one sequence: prefill on the first next(), one decode step per next().
+struct Generation {
+    nb::object owner; // keeps the Model alive
+    Model *model;
+    ats_session *session = nullptr;
+    ats_sampler *sampler = nullptr;
+    std::vector<int32_t> prompt;
+    std::vector<int32_t> stops;
+    int32_t max_new = 0, produced = 0, last = -1;
+    bool done = false;
+    ~Generation() {
+        ats_session_free(session);
+        ats_sampler_free(sampler);
+    }
+    int32_t next() {
+        if (done || produced >= max_new) {
+            done = true;
+            throw nb::stop_iteration();
+        }
+        int32_t V = ats_model_vocab_size(model->m);
+        std::vector<float> logits((size_t)V);
+        char err[512];
+        int rc;
+        int32_t tok;
+        {
+            nb::gil_scoped_release release;
+            std::lock_guard<std::mutex> guard(model->lock);
+            const int32_t *ids = produced == 0 ? prompt.data() : &last;
+            int32_t n = produced == 0 ? (int32_t)prompt.size() : 1;
+            rc = ats_session_forward(session, &ids, &n, logits.data(), nullptr, err, sizeof err);
+            tok = rc == 0 ? ats_sampler_sample(sampler, logits.data()) : -1;
+        }
+        if (rc != 0) {
+            done = true;
+            raise_value_error(err);
+        }
+        produced++;
+        last = tok;
+        for (int32_t s : stops) done = done || s == tok;
+        return tok;
+    }
+};
+
+std::vector<int32_t> to_list(nb::handle obj, const char *what) {
+    std::vector<int32_t> out;
+    for (nb::handle h : obj) out.push_back(nb::cast<int32_t>(h));
+    (void)what;
+    return out;
+}
+
+} // namespace
+
+void bind_model(nb::module_ &m) {
+    m.def(
+        "cpu_features",
+        []() {
+            ats_cpu_features f;
+            ats_cpu_features_get(&f);
+            nb::dict d;
+            d["kernels"] = f.kernels;
+            d["avx2"] = (bool)f.avx2;
+            d["fma"] = (bool)f.fma;
+            d["avx512f"] = (bool)f.avx512f;
+            d["avx512bw"] = (bool)f.avx512bw;
+            d["avx512vl"] = (bool)f.avx512vl;
+            d["avx512vnni"] = (bool)f.avx512vnni;
+            d["neon"] = (bool)f.neon;
+            return d;
+        },
+        "CPU SIMD features and the kernel set chosen for them (avx512 / avx2 / neon / scalar).");
+
+    nb::class_<Generation>(m, "Generation", "Iterator over generated token ids (Model.generate).")
+        .def("__iter__", [](nb::handle self) { return self; })
+        .def("__next__", &Generation::next);
+
+    nb::class_<Model>(m, "Model", "An ATS model directory loaded by the native runtime.")
+        .def(
+            "__init__",
+            [](Model *self, const std::string &path, int threads, const std::string &kernels) {
+                if (threads < 0) throw nb::value_error("threads must be >= 0 (0 = all cores)");
+                ats_model_params p{path.c_str(), threads, kernels.c_str()};
+                char err[1024];
+                ats_model *mm;
+                {
+                    nb::gil_scoped_release release;
+                    mm = ats_model_init(&p, err, sizeof err);
+                }
+                if (!mm) raise_value_error(err);
+                new (self) Model();
+                self->m = mm;
+            },
+            "path"_a, "threads"_a = 0, "kernels"_a = "auto")
+        .def_prop_ro("config",
+                     [](Model &self) {
+                         return nb::module_::import_("json").attr("loads")(
+                             ats_model_config_json(self.m));
+                     })
+        .def_prop_ro("vocab_size", [](Model &self) { return ats_model_vocab_size(self.m); })
+        .def_prop_ro("kernels", [](Model &self) { return std::string(ats_model_kernels(self.m)); })
+        .def_prop_ro("weight_format",
+                     [](Model &self) { return std::string(ats_model_weight_format(self.m)); })
+        .def(
+            "logits",
+            [](Model &self, nb::handle ids) {
+                int32_t V = ats_model_vocab_size(self.m);
+                Ids in = to_ids(ids, V, "ids");
+                size_t count = (size_t)in.n_seq * (size_t)in.T * (size_t)V;
+                std::unique_ptr<float[]> out(new float[count]);
+                char err[512];
+                int rc;
+                {
+                    nb::gil_scoped_release release;
+                    std::lock_guard<std::mutex> guard(self.lock);
+                    rc = ats_model_logits(self.m, in.data.data(), in.n_seq, in.T, out.get(), err,
+                                          sizeof err);
+                }
+                if (rc != 0) raise_value_error(err);
+                float *data = out.release();
+                nb::capsule owner(data, [](void *p) noexcept { delete[] (float *)p; });
+                if (in.batched) {
+                    size_t shape[3] = {(size_t)in.n_seq, (size_t)in.T, (size_t)V};
+                    return nb::ndarray<nb::numpy, float>(data, 3, shape, owner);
+                }
+                size_t shape[2] = {(size_t)in.T, (size_t)V};
+                return nb::ndarray<nb::numpy, float>(data, 2, shape, owner);
+            },
+            "ids"_a, "Float32 logits (T, V) or (B, T, V) of fresh sequences (no cache).")
+        .def(
+            "generate",
+            [](nb::handle self_h, nb::handle ids, int32_t max_new_tokens, float temperature,
+               int32_t top_k, float top_p, uint64_t seed, nb::handle stop_tokens) {
+                Model &self = nb::cast<Model &>(self_h);
+                int32_t V = ats_model_vocab_size(self.m);
+                Ids in = to_ids(ids, V, "ids");
+                if (in.batched) throw nb::value_error("generate takes one sequence (T,); use generate_batch");
+                if (max_new_tokens < 0) throw nb::value_error("max_new_tokens must be >= 0");
+                int64_t need = (int64_t)in.T + max_new_tokens;
+                if (need > ats_model_max_seq_len(self.m)) {
+                    throw nb::value_error(("prompt (" + std::to_string(in.T) + ") + max_new_tokens (" +
+                                           std::to_string(max_new_tokens) + ") exceeds max_seq_len " +
+                                           std::to_string(ats_model_max_seq_len(self.m)))
+                                              .c_str());
+                }
+                auto *g = new Generation();
+                std::unique_ptr<Generation> guard(g);
+                g->owner = nb::borrow(self_h);
+                g->model = &self;
+                g->sampler = make_sampler(temperature, top_k, top_p, seed, V);
+                g->stops = to_list(stop_tokens, "stop_tokens");
+                g->prompt = in.data;
+                g->max_new = max_new_tokens;
+                char err[512];
+                g->session = ats_session_init(self.m, 1, (int32_t)std::max<int64_t>(1, need), err, sizeof err);
+                if (!g->session) raise_value_error(err);
+                return nb::cast(guard.release(), nb::rv_policy::take_ownership);
+            },
+            "ids"_a, "max_new_tokens"_a, "temperature"_a = 0.0f, "top_k"_a = 0, "top_p"_a = 1.0f,
+            "seed"_a = 0, "stop_tokens"_a = nb::tuple(),
+            "Iterator of new token ids: prefill, then one decode step per id (KV cache).")
+        .def(
+            "generate_batch",
+            [](Model &self, nb::handle prompts, int32_t max_new_tokens, float temperature,
+               int32_t top_k, float top_p, uint64_t seed, nb::handle stop_tokens) {
+                int32_t V = ats_model_vocab_size(self.m);
+                std::vector<std::vector<int32_t>> seqs;
+                int32_t longest = 0;
+                for (nb::handle p : prompts) {
+                    Ids in = to_ids(p, V, "prompt");
+                    if (in.batched) throw nb::value_error("generate_batch takes a list of 1-D prompts");
+                    seqs.push_back(in.data);
+                    longest = std::max(longest, in.T);
+                }
+                int32_t B = (int32_t)seqs.size();
+                if (B == 0) throw nb::value_error("generate_batch needs at least one prompt");
+                if (max_new_tokens < 0) throw nb::value_error("max_new_tokens must be >= 0");
+                int64_t need = (int64_t)longest + max_new_tokens;
+                if (need > ats_model_max_seq_len(self.m)) {
+                    throw nb::value_error("longest prompt + max_new_tokens exceeds max_seq_len");
+                }
+                std::vector<int32_t> stops = to_list(stop_tokens, "stop_tokens");
+                std::vector<std::unique_ptr<ats_sampler, void (*)(ats_sampler *)>> samplers;
+                for (int32_t b = 0; b < B; b++) {
+                    samplers.emplace_back(make_sampler(temperature, top_k, top_p, seed + (uint64_t)b, V),
+                                          ats_sampler_free);
+                }
+                std::vector<std::vector<int32_t>> out((size_t)B);
+                char err[512] = "";
+                int rc = 0;
+                {
+                    nb::gil_scoped_release release;
+                    std::lock_guard<std::mutex> guard(self.lock);
+                    ats_session *s = ats_session_init(self.m, B, (int32_t)need, err, sizeof err);
+                    if (!s) rc = -1;
+                    std::vector<float> logits((size_t)B * (size_t)V);
+                    std::vector<const int32_t *> ids((size_t)B);
+                    std::vector<int32_t> n((size_t)B), last((size_t)B);
+                    std::vector<uint8_t> active((size_t)B, 1);
+                    for (int32_t b = 0; b < B; b++) {
+                        ids[(size_t)b] = seqs[(size_t)b].data();
+                        n[(size_t)b] = (int32_t)seqs[(size_t)b].size();
+                    }
+                    for (int32_t step = 0; rc == 0 && step < max_new_tokens; step++) {
+                        rc = ats_session_forward(s, ids.data(), n.data(), logits.data(), nullptr, err, sizeof err);
+                        if (rc != 0) break;
+                        bool any = false;
+                        for (int32_t b = 0; b < B; b++) {
+                            if (!active[(size_t)b]) continue;
+                            int32_t tok = ats_sampler_sample(samplers[(size_t)b].get(), logits.data() + (size_t)b * V);
+                            out[(size_t)b].push_back(tok);
+                            last[(size_t)b] = tok;
+                            for (int32_t st : stops) {
+                                if (st == tok) active[(size_t)b] = 0;
+                            }
+                            ids[(size_t)b] = &last[(size_t)b];
+                            n[(size_t)b] = active[(size_t)b] ? 1 : 0;
+                            any = any || active[(size_t)b];
+                        }
+                        if (!any) break;
+                    }
+                    ats_session_free(s);
+                }
+                if (rc != 0) raise_value_error(err);
+                return out;
+            },
+            "prompts"_a, "max_new_tokens"_a, "temperature"_a = 0.0f, "top_k"_a = 0, "top_p"_a = 1.0f,
+            "seed"_a = 0, "stop_tokens"_a = nb::tuple(),
+            "New token ids of several prompts generated together (one forward per step).");
+}

@@ -1,0 +1,99 @@
+"""Type stubs of ats_native (hand-written to match bindings/module.cpp and bindings/tokenizer.cpp)."""
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+def version() -> str:
+    """Version of the native core."""
+
+def pretokenize(text: str, pattern: str) -> list[str]:
+    """Split text like regex.findall(PATTERN, text) for the named pattern 'gpt4' or 'gpt2'."""
+
+class BpeEncoder:
+    """Byte-level BPE over (byte_ids, merges in rank order as (left, right, merged)) and a pattern."""
+
+    def __init__(
+        self, byte_ids: list[int], merges: list[tuple[int, int, int]], pattern: str
+    ) -> None: ...
+    def encode(self, text: str) -> list[int]: ...
+    def encode_batch(self, texts: list[str], threads: int = 0) -> list[list[int]]: ...
+
+class WordCounter:
+    """Pre-token counts (UTF-8 bytes -> count) for training, filled on several threads."""
+
+    def __init__(self, pattern: str) -> None: ...
+    def add(self, texts: list[str], threads: int = 0) -> None: ...
+    def prune(self, max_words: int) -> None: ...
+    def counts(self) -> dict[bytes, int]: ...
+    def __len__(self) -> int: ...
+    def train(self, n_merges: int, min_frequency: int) -> list[tuple[int, int]]: ...
+
+def train_bpe(counts: dict[bytes, int], n_merges: int, min_frequency: int) -> list[tuple[int, int]]:
+    """Learn BPE merges from word counts (byte b has id b; merge i creates id 256 + i)."""
+
+# ---- model runtime (bindings/model.cpp, bindings/tokenizer_json.cpp) ----------------------------
+
+def cpu_features() -> dict[str, str | bool]:
+    """CPU SIMD features and the kernel set chosen for them ("kernels": avx512 / avx2 / neon / scalar)."""
+
+class Generation:
+    """Iterator over generated token ids (Model.generate): prefill on the first next(), then one
+    decode step with the KV cache per id."""
+
+    def __iter__(self) -> Generation: ...
+    def __next__(self) -> int: ...
+
+class Model:
+    """An ATS model directory (float, bf16, int8 or int4) loaded by the native runtime.
+
+    threads: compute threads (0 = all cores); kernels: "auto", "avx512", "avx2", "neon", "scalar".
+    Raises ValueError with a clear message on malformed directories."""
+
+    def __init__(self, path: str, threads: int = 0, kernels: str = "auto") -> None: ...
+    @property
+    def config(self) -> dict[str, Any]: ...
+    @property
+    def vocab_size(self) -> int: ...
+    @property
+    def kernels(self) -> str: ...
+    @property
+    def weight_format(self) -> str: ...
+    def logits(self, ids: Sequence[int] | npt.ArrayLike) -> npt.NDArray[np.float32]:
+        """Float32 logits (T, V) for ids (T,), or (B, T, V) for ids (B, T); fresh sequences.
+        MoD layers route with the causal predictor, as ats-model does while generating."""
+    def generate(
+        self,
+        ids: Sequence[int] | npt.ArrayLike,
+        max_new_tokens: int,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        stop_tokens: Sequence[int] = (),
+    ) -> Generation:
+        """New token ids as they come; greedy when temperature == 0. Stops after a stop token
+        (which is yielded) or max_new_tokens."""
+    def generate_batch(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        stop_tokens: Sequence[int] = (),
+    ) -> list[list[int]]:
+        """New token ids of each prompt, all generated together (sequence b samples with seed + b)."""
+
+class Tokenizer:
+    """Byte-level BPE tokenizer read from a tokenizer.json (ids equal ats_tokenizer's
+    encode_ordinary)."""
+
+    def __init__(self, path: str) -> None: ...
+    @property
+    def vocab_size(self) -> int: ...
+    def encode(self, text: str) -> list[int]: ...
+    def decode(self, ids: Sequence[int]) -> bytes: ...

@@ -1,0 +1,62 @@
+/* The forward pass behind ats_session: the KV cache, and the pieces one transformer layer is made
+ * of (attention, MoE, MoD routing), each in its own file. Rows are tokens: every call works on a
+ * (M, C) matrix of token rows whose sequence and position are given per row. */
+#pragma once
+#include <stdint.h>
+
+#include <string>
+#include <vector>
+
+#include "model_impl.h"
+
+struct ats_session {
+    ats_model *model;
+    int32_t n_seq;
+    int32_t max_len;
+    std::vector<int32_t> length; /* tokens in the cache, per sequence */
+    /* per layer: keys/values (n_seq, max_len, n_kv_head * head_dim) and slot validity
+     * (n_seq, max_len): 1 where this layer computed a key (MoD layers skip tokens) */
+    std::vector<std::vector<float>> k, v;
+    std::vector<std::vector<uint8_t>> valid;
+};
+
+namespace ats {
+
+/* Rows of one forward call: sequence index and position (= cache slot) of each token. */
+struct Rows {
+    int64_t M;
+    const int32_t *seq;
+    const int32_t *pos;
+};
+
+/* y = rmsnorm(x) * weight per row (HF LlamaRMSNorm order, sums in double). */
+void rms_norm(const float *x, const float *weight, int64_t M, int64_t C, double eps, float *y);
+
+/* Causal GQA attention of this layer for the given rows: q/k/v (M, n_head*hd | n_kv*hd) already
+ * projected; applies RoPE, writes k/v into the cache at each row's slot, attends over the valid
+ * slots <= the row's position of its sequence; out (M, n_head*hd). */
+void attention(ats_session *s, int64_t layer, const Rows &rows, float *q, float *k, const float *v,
+               float *out);
+
+/* SwiGLU FFN w2(silu(w1 x) * w3 x) over M rows into y (M, C). */
+void swiglu_ffn(ats_model *m, const Weight &w1, const Weight &w3, const Weight &w2, const float *x,
+                int64_t M, float *y);
+
+/* MoE FFN (router softmax with temperature, top-k chosen with expert_bias, norm_topk, capacity as
+ * ats-model applies it over the rows of this call, per-expert batched SwiGLU, shared experts). */
+void moe_ffn(ats_model *m, const Layer &L, const float *x, int64_t M, float *y);
+
+/* MoD decision per row: sel[r] (run the block) and weight[r] (scale of its delta), using the causal
+ * predictor (learned routing: predictor logit > 0, weight sigmoid(router logit)) or the position
+ * rule (static / random, weight 1). */
+void mod_route(ats_model *m, const Layer &L, const float *x, const Rows &rows, uint8_t *sel,
+               float *weight);
+
+/* Writes msg into err[cap] (truncated, NUL-terminated) when err is not NULL. */
+void set_err(char *err, size_t cap, const std::string &msg);
+
+/* Runs the new tokens through the model (see ats_session_forward); all checks done by the caller. */
+void session_forward(ats_session *s, const int32_t *const *ids, const int32_t *n_new,
+                     float *last_logits, float *all_logits);
+
+}  // namespace ats

@@ -1,0 +1,54 @@
+/* The KV cache behind ats_session: per layer, keys and values (n_seq, max_len, n_kv_head * hd)
+ * and a validity byte per slot (a MoD layer leaves the slots of tokens it skipped invalid, so
+ * later tokens never attend to keys that were never computed). */
+#include <memory>
+#include <new>
+
+#include "ats/model.h"
+#include "forward.h"
+
+using namespace ats;
+
+extern "C" {
+
+ats_session *ats_session_init(ats_model *m, int32_t n_seq, int32_t max_len, char *err,
+                              size_t err_cap) {
+    if (n_seq < 1 || max_len < 1) {
+        ats::set_err(err, err_cap, "a session needs n_seq >= 1 and max_len >= 1");
+        return nullptr;
+    }
+    if (max_len > m->cfg.max_seq_len) {
+        ats::set_err(err, err_cap, "a sequence of " + std::to_string(max_len) +
+                                  " tokens exceeds max_seq_len = " + std::to_string(m->cfg.max_seq_len));
+        return nullptr;
+    }
+    try {
+        std::unique_ptr<ats_session> s(new ats_session());
+        s->model = m;
+        s->n_seq = n_seq;
+        s->max_len = max_len;
+        s->length.assign((size_t)n_seq, 0);
+        size_t slots = (size_t)n_seq * (size_t)max_len;
+        size_t kv = slots * (size_t)(m->cfg.n_kv_head * m->cfg.head_dim);
+        s->k.resize((size_t)m->cfg.n_layer);
+        s->v.resize((size_t)m->cfg.n_layer);
+        s->valid.resize((size_t)m->cfg.n_layer);
+        for (int64_t l = 0; l < m->cfg.n_layer; l++) {
+            s->k[(size_t)l].assign(kv, 0.0f);
+            s->v[(size_t)l].assign(kv, 0.0f);
+            s->valid[(size_t)l].assign(slots, 0);
+        }
+        return s.release();
+    } catch (const std::bad_alloc &) {
+        ats::set_err(err, err_cap, "out of memory allocating the KV cache");
+        return nullptr;
+    }
+}
+
+void ats_session_free(ats_session *s) { delete s; }
+
+int32_t ats_session_length(const ats_session *s, int32_t b) {
+    return b >= 0 && b < s->n_seq ? s->length[(size_t)b] : -1;
+}
+
+}  // extern "C"

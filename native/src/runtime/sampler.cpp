@@ -1,0 +1,105 @@
+/* ats_sampler: greedy / temperature / top-k / top-p with a splitmix64 generator (Steele et al.
+ * 2014), so a seed fixes the whole stream of draws. Scratch buffers live in the sampler. */
+#include "ats/sampler.h"
+
+#include <math.h>
+#include <stdio.h>
+
+#include <algorithm>
+#include <new>
+#include <vector>
+
+struct ats_sampler {
+    ats_sampler_params p;
+    int32_t vocab;
+    uint64_t state;
+    std::vector<float> z;         /* scaled logits */
+    std::vector<int32_t> order;   /* ids sorted by logit, descending (top-p) */
+};
+
+static uint64_t splitmix64(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+extern "C" {
+
+ats_sampler *ats_sampler_init(const ats_sampler_params *p, int32_t vocab_size, char *err,
+                              size_t err_cap) {
+    const char *bad = nullptr;
+    if (!(p->temperature >= 0.0f) || !isfinite(p->temperature)) bad = "temperature must be a finite number >= 0 (0 = greedy)";
+    else if (p->top_k < 0) bad = "top_k must be >= 0 (0 = off)";
+    else if (!(p->top_p > 0.0f && p->top_p <= 1.0f)) bad = "top_p must be in (0, 1] (1 = off)";
+    else if (vocab_size < 1) bad = "vocab_size must be >= 1";
+    if (bad) {
+        if (err && err_cap) snprintf(err, err_cap, "%s", bad);
+        return nullptr;
+    }
+    ats_sampler *s = new (std::nothrow) ats_sampler();
+    if (!s) {
+        if (err && err_cap) snprintf(err, err_cap, "out of memory");
+        return nullptr;
+    }
+    s->p = *p;
+    s->vocab = vocab_size;
+    s->state = p->seed;
+    return s;
+}
+
+void ats_sampler_free(ats_sampler *s) { delete s; }
+
+int32_t ats_sampler_sample(ats_sampler *s, const float *logits) {
+    const int32_t V = s->vocab;
+    if (s->p.temperature == 0.0f) {
+        int32_t best = 0;
+        for (int32_t i = 1; i < V; i++) {
+            if (logits[i] > logits[best]) best = i;
+        }
+        return best;
+    }
+    std::vector<float> &z = s->z;
+    z.resize((size_t)V);
+    for (int32_t i = 0; i < V; i++) z[(size_t)i] = logits[i] / s->p.temperature;
+    if (s->p.top_k > 0 && s->p.top_k < V) { /* drop everything below the k-th largest */
+        std::vector<float> tmp(z);
+        std::nth_element(tmp.begin(), tmp.begin() + (s->p.top_k - 1), tmp.end(), std::greater<float>());
+        float kth = tmp[(size_t)(s->p.top_k - 1)];
+        for (float &v : z) {
+            if (v < kth) v = -INFINITY;
+        }
+    }
+    float mx = *std::max_element(z.begin(), z.end());
+    if (s->p.top_p < 1.0f) { /* drop a token when the mass before it already reaches top_p */
+        std::vector<int32_t> &order = s->order;
+        order.resize((size_t)V);
+        for (int32_t i = 0; i < V; i++) order[(size_t)i] = i;
+        std::stable_sort(order.begin(), order.end(),
+                         [&](int32_t a, int32_t b) { return z[(size_t)a] > z[(size_t)b]; });
+        double total = 0.0;
+        for (int32_t i = 0; i < V; i++) total += exp((double)z[(size_t)i] - mx);
+        double before = 0.0;
+        for (int32_t i = 0; i < V; i++) {
+            int32_t id = order[(size_t)i];
+            double pi = exp((double)z[(size_t)id] - mx) / total;
+            if (before >= s->p.top_p) z[(size_t)id] = -INFINITY;
+            before += pi;
+        }
+    }
+    double total = 0.0;
+    for (int32_t i = 0; i < V; i++) total += exp((double)z[(size_t)i] - mx);
+    double u = (double)(splitmix64(&s->state) >> 11) * (1.0 / 9007199254740992.0) * total;
+    double acc = 0.0;
+    int32_t last = 0;
+    for (int32_t i = 0; i < V; i++) {
+        double e = exp((double)z[(size_t)i] - mx);
+        if (e == 0.0) continue;
+        last = i;
+        acc += e;
+        if (u < acc) return i;
+    }
+    return last;
+}
+
+}  // extern "C"

@@ -1,0 +1,98 @@
+"""ats-infer command line:
+
+    ats-infer generate MODEL_DIR --prompt TEXT [--engine auto|native|torch] [--threads N] ...
+    ats-infer quantize MODEL_DIR --bits 8|4 [--group-size 32|64|128] --out DIR
+    ats-infer export-gguf MODEL_DIR --out FILE [--outtype f32|f16|q8_0|q4_0]
+
+Bad input ends with one line on stderr and exit status 1 (argparse usage errors: 2).
+"""
+
+import argparse
+import logging
+import sys
+
+from ats_infer.engine import ENGINES, load_engine
+from ats_infer.gguf_export import OUTTYPES, export_gguf
+from ats_infer.quantize import GROUP_SIZES, quantize_model_dir
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ats-infer", description="Run ATS model directories.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    gen = commands.add_parser("generate", help="generate text from a model directory")
+    gen.add_argument(
+        "model_dir", help="directory with config.json, model.safetensors, tokenizer.json"
+    )
+    gen.add_argument("--prompt", required=True, help="text to continue")
+    gen.add_argument("--max-new-tokens", type=int, default=64)
+    gen.add_argument("--temperature", type=float, default=0.8, help="0 means greedy")
+    gen.add_argument("--top-k", type=int, default=None)
+    gen.add_argument("--top-p", type=float, default=None)
+    gen.add_argument("--seed", type=int, default=None)
+    gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    gen.add_argument("--engine", choices=ENGINES, default="auto")
+    gen.add_argument("--threads", type=int, default=0, help="compute threads (0 = all cores)")
+    gen.add_argument("--device", default="cpu", help="torch engine only")
+
+    quant = commands.add_parser("quantize", help="write an int8 or int4 copy of a model directory")
+    quant.add_argument("model_dir", help="float model directory")
+    quant.add_argument("--bits", type=int, choices=(8, 4), required=True)
+    quant.add_argument(
+        "--group-size", type=int, default=None, help=f"int4 group size, one of {GROUP_SIZES}"
+    )
+    quant.add_argument("--out", required=True, help="new directory for the quantized model")
+
+    export = commands.add_parser("export-gguf", help="write a GGUF file llama.cpp can run")
+    export.add_argument("model_dir", help="float model directory (dense or Mixtral-style MoE)")
+    export.add_argument("--out", required=True, help="GGUF file to write")
+    export.add_argument("--outtype", choices=tuple(OUTTYPES), default="f32")
+    return parser
+
+
+def _generate(args: argparse.Namespace) -> None:
+    engine = load_engine(args.model_dir, args.engine, device=args.device, threads=args.threads)
+    for piece in engine.generate(
+        args.prompt,
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+        stop=args.stop,
+    ):
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+
+
+def _quantize(args: argparse.Namespace) -> None:
+    group_size = args.group_size
+    if args.bits == 4 and group_size is None:
+        raise ValueError("--bits 4 needs --group-size (32, 64 or 128)")
+    out = quantize_model_dir(args.model_dir, args.out, args.bits, group_size)
+    print(f"wrote int{args.bits} model directory {out}")
+
+
+def _export_gguf(args: argparse.Namespace) -> None:
+    out = export_gguf(args.model_dir, args.out, args.outtype)
+    print(f"wrote {args.outtype} GGUF {out}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler = logging.StreamHandler()  # our own choices (e.g. the engine) on stderr, no others'
+    handler.setFormatter(logging.Formatter("ats-infer: %(message)s"))
+    logger = logging.getLogger("ats_infer")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    command = {"generate": _generate, "quantize": _quantize, "export-gguf": _export_gguf}
+    try:
+        command[args.command](args)
+    except (OSError, ValueError, RuntimeError) as err:
+        print(f"ats-infer: error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""Engine selection: one explicit choice per process, logged once, never a silent fallback.
+
+An engine turns a model directory (config.json + safetensors + tokenizer.json) into text.
+    native  the C++ runtime (`ats_native`, the `native` extra): float, int8 and int4 directories
+    torch   ats-model's forward (the `torch` extra): float directories
+    auto    native when ats_native is installed, else torch when torch and ats-model are, else an
+            error saying what to install
+ats-infer itself imports neither torch nor ats_native at module level.
+"""
+
+import importlib.util
+import logging
+from pathlib import Path
+from typing import Protocol
+
+from ats_infer.quantize import QUANT_FILE
+from ats_infer.tensor_files import CONFIG_FILE
+
+log = logging.getLogger("ats_infer")
+
+ENGINES = ("auto", "native", "torch")
+
+
+class Engine(Protocol):
+    def generate(
+        self,
+        prompt: str,
+        *,
+        max_new_tokens: int,
+        temperature: float,
+        top_k: int | None,
+        top_p: float | None,
+        seed: int | None,
+        stop: list[str],
+    ): ...
+
+
+def _installed(*modules: str) -> bool:
+    return all(importlib.util.find_spec(name) is not None for name in modules)
+
+
+def resolve_engine(engine: str) -> str:
+    """The concrete engine ("native" or "torch") a request names; "auto" is resolved and logged."""
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")
+    if engine == "native" and not _installed("ats_native"):
+        raise RuntimeError("engine 'native' needs ats_native: pip install 'ats-infer[native]'")
+    if engine == "torch" and not _installed("torch", "ats_model"):
+        raise RuntimeError(
+            "engine 'torch' needs torch and ats-model: pip install 'ats-infer[torch]'"
+        )
+    if engine != "auto":
+        return engine
+    if _installed("ats_native"):
+        chosen = "native"
+    elif _installed("torch", "ats_model"):
+        chosen = "torch"
+    else:
+        raise RuntimeError(
+            "no engine installed: pip install 'ats-infer[native]' (C++ runtime) or "
+            "'ats-infer[torch]' (PyTorch)"
+        )
+    log.info("engine auto -> %s", chosen)
+    return chosen
+
+
+def load_engine(
+    model_dir: str | Path, engine: str = "auto", device: str = "cpu", threads: int = 0
+) -> Engine:
+    """An engine over `model_dir`; `threads` = compute threads (0 = all cores / torch default)."""
+    model_dir = Path(model_dir)
+    if not (model_dir / CONFIG_FILE).is_file():
+        raise FileNotFoundError(f"{model_dir}: not a model directory (no {CONFIG_FILE})")
+    chosen = resolve_engine(engine)
+    if chosen == "native":
+        if device != "cpu":
+            raise ValueError(f"device {device!r}: the native engine runs on the CPU only today")
+        from ats_infer.native_engine import NativeEngine
+
+        return NativeEngine(model_dir, threads=threads)
+    if (model_dir / QUANT_FILE).is_file():
+        raise ValueError(
+            f"{model_dir}: is an int8/int4 directory ({QUANT_FILE}); the torch engine runs float "
+            "directories only: use --engine native"
+        )
+    from ats_infer.torch_engine import TorchEngine
+
+    return TorchEngine(model_dir, device=device, threads=threads)

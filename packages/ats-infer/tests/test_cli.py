@@ -1,0 +1,77 @@
+"""cli.py as a user runs it (a subprocess): the three commands, --help, and one-line errors."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def ats_infer(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "ats_infer.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, message: str) -> None:
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1].startswith("ats-infer: error:") and message in lines[-1], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("command", ["generate", "quantize", "export-gguf"])
+def test_help(command: str) -> None:
+    result = ats_infer(command, "--help")
+    assert result.returncode == 0 and "usage: ats-infer " + command in result.stdout
+
+
+def test_quantize_and_export(dense_dir, tmp_path) -> None:
+    result = ats_infer(
+        "quantize", dense_dir, "--bits", "4", "--group-size", "32", "--out", tmp_path / "q4"
+    )
+    assert result.returncode == 0, result.stderr
+    spec = json.loads((tmp_path / "q4" / "quantization.json").read_text())
+    assert (spec["bits"], spec["group_size"]) == (4, 32)
+    result = ats_infer("export-gguf", dense_dir, "--out", tmp_path / "m.gguf", "--outtype", "q8_0")
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "m.gguf").read_bytes()[:4] == b"GGUF"
+
+
+def test_bad_input_exits_with_one_line(dense_dir, tmp_path) -> None:
+    assert_one_line_error(
+        ats_infer("quantize", dense_dir, "--bits", "4", "--out", tmp_path / "q"), "--group-size"
+    )
+    assert_one_line_error(
+        ats_infer(
+            "quantize", dense_dir, "--bits", "4", "--group-size", "128", "--out", tmp_path / "q"
+        ),
+        "not divisible by group_size 128",
+    )
+    assert_one_line_error(
+        ats_infer("quantize", tmp_path / "nowhere", "--bits", "8", "--out", tmp_path / "q"),
+        "not a model directory",
+    )
+    assert_one_line_error(
+        ats_infer("export-gguf", tmp_path / "nowhere", "--out", tmp_path / "m.gguf"),
+        "not a model directory",
+    )
+    assert_one_line_error(
+        ats_infer("generate", tmp_path / "nowhere", "--prompt", "x"), "not a model directory"
+    )
+    usage = ats_infer("quantize", dense_dir, "--bits", "3", "--out", tmp_path / "q")
+    assert usage.returncode == 2 and "invalid choice: 3" in usage.stderr
+
+
+@pytest.mark.parametrize("engine", ["torch", "native"])
+def test_generate_is_greedy_and_engines_agree(trained_dense_dir, engine) -> None:
+    if engine == "native":
+        pytest.importorskip("ats_native")
+    args = ["generate", trained_dense_dir, "--prompt", "def f(x):\n", "--temperature", "0"]
+    result = ats_infer(*args, "--max-new-tokens", "16", "--engine", engine, "--threads", "1")
+    assert result.returncode == 0, result.stderr
+    again = ats_infer(*args, "--max-new-tokens", "16", "--engine", "torch")
+    assert result.stdout == again.stdout and result.stdout.strip()

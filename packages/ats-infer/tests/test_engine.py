@@ -1,0 +1,60 @@
+"""engine.py: which engine a request gets, and the errors for what cannot run."""
+
+import importlib.util
+import logging
+
+import pytest
+from ats_infer import engine as engine_module
+from ats_infer.engine import ENGINES, load_engine, resolve_engine
+
+
+def test_engines_are_the_documented_three() -> None:
+    assert ENGINES == ("auto", "native", "torch")
+
+
+def test_auto_prefers_native_and_logs_the_choice(caplog) -> None:
+    expected = "native" if importlib.util.find_spec("ats_native") else "torch"
+    with caplog.at_level(logging.INFO, logger="ats_infer"):
+        assert resolve_engine("auto") == expected
+    assert f"engine auto -> {expected}" in caplog.text
+    assert resolve_engine("torch") == "torch"
+
+
+def test_auto_without_native_falls_to_torch_and_without_both_raises(monkeypatch) -> None:
+    def installed_without(missing: set[str]):
+        return lambda *modules: not missing & set(modules)
+
+    monkeypatch.setattr(engine_module, "_installed", installed_without({"ats_native"}))
+    assert resolve_engine("auto") == "torch"
+    with pytest.raises(RuntimeError, match=r"needs ats_native: pip install 'ats-infer\[native\]'"):
+        resolve_engine("native")
+    monkeypatch.setattr(engine_module, "_installed", installed_without({"ats_native", "torch"}))
+    with pytest.raises(RuntimeError, match="no engine installed"):
+        resolve_engine("auto")
+    with pytest.raises(RuntimeError, match=r"needs torch and ats-model"):
+        resolve_engine("torch")
+
+
+def test_bad_requests_name_the_problem(dense_dir, tmp_path) -> None:
+    with pytest.raises(ValueError, match="unknown engine 'tensorrt'"):
+        load_engine(dense_dir, "tensorrt")
+    with pytest.raises(FileNotFoundError, match="not a model directory"):
+        load_engine(tmp_path, "torch")
+    with pytest.raises(ValueError, match="threads = -1"):
+        load_engine(dense_dir, "torch", threads=-1)
+
+
+def test_torch_engine_streams_text(trained_dense_dir) -> None:
+    eng = load_engine(trained_dense_dir, "torch", threads=1)
+    pieces = list(
+        eng.generate(
+            "for i in range(",
+            max_new_tokens=12,
+            temperature=0.0,
+            top_k=None,
+            top_p=None,
+            seed=None,
+            stop=[],
+        )
+    )
+    assert len(pieces) >= 2 and all(isinstance(p, str) for p in pieces)
