@@ -1,0 +1,97 @@
+"""`single`: one process, one device. The reference backend the distributed ones must reproduce."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+from ats_model import save_pretrained
+from ats_model.serialization.model_dir import check_tensors
+from ats_model.serialization.safetensors_io import load_tensors, read_tensor_infos
+from torch import nn
+
+from ats_train.precision import Precision
+
+
+class SingleBackend:
+    name = "single"
+    rank = 0
+    world_size = 1
+
+    def __init__(self, device: torch.device, precision: Precision) -> None:
+        self.device = device
+        self.precision = precision
+        self._params: list[nn.Parameter] = []
+
+    @property
+    def is_main(self) -> bool:
+        return True
+
+    def wrap(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer
+    ) -> tuple[nn.Module, torch.optim.Optimizer]:
+        self._params = [p for p in model.parameters() if p.requires_grad]
+        return model, optimizer
+
+    def backward(self, loss: torch.Tensor, *, last_micro_batch: bool) -> None:
+        scaler = self.precision.scaler
+        if scaler is not None:
+            scaler.scale(loss).backward()
+        else:
+            loss.backward()
+
+    def step(self, optimizer: torch.optim.Optimizer, grad_clip: float) -> tuple[float, bool]:
+        scaler = self.precision.scaler
+        if scaler is not None:
+            scaler.unscale_(optimizer)
+        max_norm = grad_clip if grad_clip > 0 else math.inf
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self._params, max_norm))
+        if scaler is not None:
+            # GradScaler skips the step itself when it found inf/NaN and lowers the scale.
+            scale_before = scaler.get_scale()
+            scaler.step(optimizer)
+            scaler.update()
+            stepped = scaler.get_scale() >= scale_before
+        elif math.isfinite(grad_norm):
+            optimizer.step()
+            stepped = True
+        else:
+            stepped = False  # a non-finite gradient would turn every weight into NaN
+        optimizer.zero_grad(set_to_none=True)
+        return grad_norm, stepped
+
+    def state(self) -> dict[str, object]:
+        scaler = self.precision.scaler
+        return {"scaler": scaler.state_dict() if scaler is not None else None}
+
+    def load_state(self, state: dict[str, object]) -> None:
+        scaler = self.precision.scaler
+        saved = state["scaler"]
+        if (scaler is None) != (saved is None):
+            raise ValueError(
+                f"checkpoint was written {'with' if saved is not None else 'without'} an fp16 loss "
+                f"scaler; this run uses precision {self.precision.name!r}"
+            )
+        if scaler is not None:
+            scaler.load_state_dict(saved)
+
+    def save_model(self, model: nn.Module, directory: Path, tokenizer_json: Path | None) -> None:
+        save_pretrained(model, directory, tokenizer_json=tokenizer_json)
+
+    def load_model(self, model: nn.Module, directory: Path) -> None:
+        infos, _, source = read_tensor_infos(directory)
+        expected = dict(model.state_dict())
+        check_tensors(infos, expected, source, "this run's model")
+        model.load_state_dict(load_tensors(directory, infos), strict=True)
+
+    def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, object]:
+        return optimizer.state_dict()
+
+    def load_optimizer_state(
+        self, optimizer: torch.optim.Optimizer, state: dict[str, object]
+    ) -> None:
+        optimizer.load_state_dict(state)
+
+    def all_reduce_mean(self, value: float) -> float:
+        return value

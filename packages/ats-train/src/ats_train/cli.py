@@ -1,0 +1,104 @@
+"""`ats-train`: train from a config and overrides, or plot a run dir. Thin: the work is elsewhere.
+
+    ats-train [--config run.toml] [--run-dir DIR] [key=value ...]
+    ats-train plot RUN_DIR
+    ats-train plan --flops 1e20 [--law approach1|parametric] [--preset NAME]
+
+Bad input (config typo, missing data, unwritable run dir, a checkpoint of another model) exits
+with status 2 and one line on stderr; nothing already in the run dir is touched before the checks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+from ats_data.errors import DataError
+
+from ats_train.checkpoint import CheckpointError
+from ats_train.config import ConfigError, load_config
+
+USER_ERRORS = (ConfigError, CheckpointError, DataError, OSError, ValueError)
+
+
+def _train_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ats-train",
+        description="Train an ATS model. With no arguments: a tokenizer and a small MoE+MoD model "
+        "on the Python standard library, on CPU, in a few minutes. `ats-train plot RUN_DIR` draws "
+        "a run's metrics.",
+    )
+    parser.add_argument("--config", type=Path, help="TOML file (a run dir's config.toml works)")
+    parser.add_argument("--run-dir", type=Path, help="default: runs/<UTC timestamp>")
+    parser.add_argument("overrides", nargs="*", metavar="key=value", help="e.g. train.steps=100")
+    return parser
+
+
+def _plot_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ats-train plot", description="write run_dir/plots/*.png")
+    parser.add_argument("run_dir", type=Path)
+    return parser
+
+
+def writable_run_dir(path: Path) -> Path:
+    """Create the run dir and prove we can write to it before any work starts."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".write-probe"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise OSError(f"run dir {path} is not writable: {e.strerror or e}") from e
+    return path
+
+
+def train(args: argparse.Namespace) -> None:
+    from ats_train.trainer import build_trainer  # torch and the model only once input is valid
+
+    config = load_config(args.config, args.overrides)
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    run_dir = writable_run_dir(args.run_dir or Path("runs") / stamp)
+    t0 = time.perf_counter()
+    trainer = build_trainer(config, run_dir)
+    try:
+        trainer.train()
+    finally:
+        trainer.metrics.close()
+    model_dir = trainer.export()
+    console = trainer.metrics.console
+    if config.train.sample_tokens:
+        console.print(f"[bold]sample[/bold] (prompt {config.train.sample_prompt!r}):")
+        console.print(trainer.sample(), markup=False)
+    console.print(f"model directory: {model_dir}")
+    console.print(f"run dir: {run_dir} ({time.perf_counter() - t0:.0f} s)")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+    command = argv[0] if argv[:1] in (["plot"], ["plan"]) else "train"
+    try:
+        if command == "plot":
+            from ats_train.plot import plot_run
+
+            for path in plot_run(_plot_parser().parse_args(argv[1:]).run_dir):
+                print(f"wrote {path}")
+        elif command == "plan":
+            from ats_train.orchestrator.plan import plan_parser, plan_report
+
+            print("\n".join(plan_report(plan_parser().parse_args(argv[1:]))))
+        else:
+            train(_train_parser().parse_args(argv))
+    except USER_ERRORS as e:
+        print(f"ats-train {command}: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

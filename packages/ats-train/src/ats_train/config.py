@@ -1,0 +1,496 @@
+"""TrainConfig: every training knob as a typed dataclass tree, loaded from TOML plus dotted overrides.
+
+Architecture lives in ats_model.ModelConfig; the [model] section only names a preset and optional
+overrides of that preset's fields. The resolved config is written to the run dir as config.toml, so
+`ats-train --config RUN_DIR/config.toml` repeats a run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import math
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ats_train.orchestrator.settings import FaultsSection, OrchestratorSection, PlanSection
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+SCHEDULES = ("cosine", "wsd")
+DEVICES = ("auto", "cpu", "cuda")
+LOADER_MODES = ("random", "packed")
+BACKENDS_IMPLEMENTED = ("single",)
+BACKENDS_PLANNED = ("ddp", "fsdp2", "deepspeed", "colossalai")
+KERNELS = ("auto", "reference", "triton", "cuda")
+
+
+class ConfigError(ValueError):
+    """A config file, override or value that cannot be used; the message names key and value."""
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+def _choice(key: str, value: str, choices: tuple[str, ...]) -> None:
+    _require(value in choices, f"{key} = {value!r} is not one of {', '.join(choices)}")
+
+
+@dataclass
+class ModelSection:
+    preset: str = "tiny-hybrid"
+    # Any ats_model.ModelConfig field, e.g. {"n_layer": 4}; checked against ModelConfig on resolve.
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class DataSection:
+    # "stdlib" (the Python standard library's own sources), a text file, folder, glob, JSONL or
+    # Parquet file, or a directory prepared by `ats-data prepare`.
+    source: str = "stdlib"
+    tokenizer: str | None = None  # tokenizer.json; None: train one on the source (cached)
+    vocab_size: int = 2048  # for the auto-trained tokenizer
+    val_fraction: float = 0.05
+    # A raw source is cut to its first whole files up to this size (None = all of it); the run
+    # prints what it used. The default keeps the no-argument run within minutes on a laptop.
+    max_bytes: int | None = 3_000_000
+    mode: str = "random"  # TokenLoader mode: random windows or packed sequences
+    workers: int = 0  # tokenization processes; 0 = all cores
+    cache_dir: str = "~/.cache/ats"  # prepared shards and tokenizers, keyed by source+tokenizer
+
+    def __post_init__(self) -> None:
+        _require(self.vocab_size >= 256, f"data.vocab_size = {self.vocab_size} must be >= 256")
+        _require(
+            0.0 < self.val_fraction < 1.0,
+            f"data.val_fraction = {self.val_fraction} must be in (0, 1)",
+        )
+        if self.max_bytes is not None:
+            _require(self.max_bytes > 0, f"data.max_bytes = {self.max_bytes} must be > 0")
+        _choice("data.mode", self.mode, LOADER_MODES)
+        _require(self.workers >= 0, f"data.workers = {self.workers} must be >= 0")
+
+
+@dataclass
+class TrainSection:
+    steps: int = 300
+    batch_size: int = 16  # GLOBAL sequences per optimizer step, whatever the number of ranks
+    micro_batch_size: int | None = None  # sequences one rank runs at once; None = batch_size
+    seq_len: int = 128
+    seed: int = 1337
+    precision: str = "fp32"
+    compile: bool = False
+    activation_checkpointing: bool = False
+    eval_every: int = 100  # 0 = only at the end
+    eval_batches: int = 4
+    log_every: int = 25
+    device: str = "auto"
+    sample_prompt: str = "def "
+    sample_tokens: int = 64
+
+    def __post_init__(self) -> None:
+        _require(self.steps > 0, f"train.steps = {self.steps} must be > 0")
+        _require(self.batch_size > 0, f"train.batch_size = {self.batch_size} must be > 0")
+        micro = self.micro_batch_size
+        if micro is not None:
+            _require(micro > 0, f"train.micro_batch_size = {micro} must be > 0")
+            _require(
+                self.batch_size % micro == 0,
+                f"train.batch_size = {self.batch_size} is not a multiple of "
+                f"train.micro_batch_size = {micro}",
+            )
+        _require(self.seq_len > 0, f"train.seq_len = {self.seq_len} must be > 0")
+        _choice("train.precision", self.precision, PRECISIONS)
+        _choice("train.device", self.device, DEVICES)
+        _require(self.eval_every >= 0, f"train.eval_every = {self.eval_every} must be >= 0")
+        _require(self.eval_batches > 0, f"train.eval_batches = {self.eval_batches} must be > 0")
+        _require(self.log_every > 0, f"train.log_every = {self.log_every} must be > 0")
+        _require(self.sample_tokens >= 0, f"train.sample_tokens = {self.sample_tokens} < 0")
+
+
+@dataclass
+class LossSection:
+    # The model returns its aux losses unweighted (model_api.md); the trainer owns the weights.
+    moe_lb_weight: float = 0.01  # Switch Transformer load balancing (Fedus et al. 2021)
+    moe_z_weight: float = 0.001  # ST-MoE router z-loss (Zoph et al. 2022)
+    mod_predictor_weight: float = 0.1  # MoD causal predictor BCE (Raposo et al. 2024)
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            _require(value >= 0.0, f"loss.{f.name} = {value} must be >= 0")
+
+
+@dataclass
+class OptimSection:
+    lr: float = 2e-3
+    min_lr: float = 2e-4
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8
+    grad_clip: float = 1.0  # 0 = no clipping (the norm is still measured)
+    schedule: str = "cosine"
+    warmup_steps: int = 30
+    decay_fraction: float = 0.2  # WSD: share of the steps spent decaying (Hu et al. 2024, MiniCPM)
+
+    def __post_init__(self) -> None:
+        self.betas = tuple(self.betas)
+        _require(self.lr > 0.0, f"optim.lr = {self.lr} must be > 0")
+        _require(
+            0.0 <= self.min_lr <= self.lr,
+            f"optim.min_lr = {self.min_lr} must be in [0, optim.lr = {self.lr}]",
+        )
+        _require(self.weight_decay >= 0.0, f"optim.weight_decay = {self.weight_decay} < 0")
+        _require(
+            len(self.betas) == 2 and all(0.0 <= b < 1.0 for b in self.betas),
+            f"optim.betas = {list(self.betas)} must be two values in [0, 1)",
+        )
+        _require(self.eps > 0.0, f"optim.eps = {self.eps} must be > 0")
+        _require(self.grad_clip >= 0.0, f"optim.grad_clip = {self.grad_clip} must be >= 0")
+        _choice("optim.schedule", self.schedule, SCHEDULES)
+        _require(self.warmup_steps >= 0, f"optim.warmup_steps = {self.warmup_steps} < 0")
+        _require(
+            0.0 < self.decay_fraction <= 1.0,
+            f"optim.decay_fraction = {self.decay_fraction} must be in (0, 1]",
+        )
+
+
+@dataclass
+class CheckpointSection:
+    every: int = 100  # 0 = only the final checkpoint
+    keep_last: int = 3
+
+    def __post_init__(self) -> None:
+        _require(self.every >= 0, f"checkpoint.every = {self.every} must be >= 0")
+        _require(self.keep_last >= 1, f"checkpoint.keep_last = {self.keep_last} must be >= 1")
+
+
+@dataclass
+class ParallelSection:
+    backend: str = "single"
+
+    def __post_init__(self) -> None:
+        if self.backend in BACKENDS_PLANNED:
+            raise ConfigError(
+                f"parallel.backend = {self.backend!r} is not implemented yet "
+                f"(implemented: {', '.join(BACKENDS_IMPLEMENTED)})"
+            )
+        _choice("parallel.backend", self.backend, BACKENDS_IMPLEMENTED)
+
+
+@dataclass
+class TrainConfig:
+    model: ModelSection = field(default_factory=ModelSection)
+    data: DataSection = field(default_factory=DataSection)
+    train: TrainSection = field(default_factory=TrainSection)
+    loss: LossSection = field(default_factory=LossSection)
+    optim: OptimSection = field(default_factory=OptimSection)
+    checkpoint: CheckpointSection = field(default_factory=CheckpointSection)
+    parallel: ParallelSection = field(default_factory=ParallelSection)
+    orchestrator: OrchestratorSection = field(default_factory=OrchestratorSection)
+    faults: FaultsSection = field(default_factory=FaultsSection)
+    plan: PlanSection = field(default_factory=PlanSection)
+    kernels: str = "auto"  # ats_kernels.select(): chosen once when the model is built
+
+    def __post_init__(self) -> None:
+        _choice("kernels", self.kernels, KERNELS)
+
+
+# ----------------------------------------------------------------------------------------------
+# Loading: TOML file -> raw nested dict -> dotted overrides applied -> typed dataclasses.
+
+
+def _model_fields() -> dict[str, Any]:
+    """ModelConfig field name -> type hint; [model] overrides are checked against these."""
+    from ats_model import ModelConfig
+
+    return typing.get_type_hints(ModelConfig)
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _section_types() -> dict[str, type]:
+    return {
+        name: hint for name, hint in _hints(TrainConfig).items() if dataclasses.is_dataclass(hint)
+    }
+
+
+def _dataclass_in(hint: Any) -> type | None:
+    """The dataclass inside a hint such as `MoEConfig | None`, else None."""
+    if dataclasses.is_dataclass(hint):
+        return hint
+    for arg in typing.get_args(hint):
+        if dataclasses.is_dataclass(arg):
+            return arg
+    return None
+
+
+def valid_keys() -> list[str]:
+    """Every dotted key a config accepts, ModelConfig fields (and their sub-configs') included."""
+    keys = []
+    for name, hint in _hints(TrainConfig).items():
+        if dataclasses.is_dataclass(hint):
+            for sub, sub_hint in _hints(hint).items():
+                if (name, sub) == ("model", "overrides"):
+                    continue
+                if dataclasses.is_dataclass(sub_hint):  # e.g. orchestrator.lr_cut.enabled
+                    keys.extend(f"{name}.{sub}.{leaf}" for leaf in _hints(sub_hint))
+                else:
+                    keys.append(f"{name}.{sub}")
+        else:
+            keys.append(name)
+    for name, hint in _model_fields().items():
+        sub = _dataclass_in(hint)
+        keys.append(f"model.{name}")
+        if sub is not None:
+            keys.extend(f"model.{name}.{field_name}" for field_name in _hints(sub))
+    return keys
+
+
+def _unknown_key(key: str) -> ConfigError:
+    close = difflib.get_close_matches(key, valid_keys(), n=1, cutoff=0.5)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return ConfigError(f"unknown config key {key!r}{hint}")
+
+
+def _hint_for(key: str) -> Any:
+    """Type hint of a dotted key, or raise with the nearest valid key."""
+    parts = key.split(".")
+    top = _hints(TrainConfig)
+    if len(parts) == 1 and parts[0] in top and not dataclasses.is_dataclass(top[parts[0]]):
+        return top[parts[0]]
+    if len(parts) == 2 and parts[0] in top and dataclasses.is_dataclass(top[parts[0]]):
+        section = _hints(top[parts[0]])
+        if parts[1] in section and parts[1] != "overrides":
+            return section[parts[1]]
+    if len(parts) == 3 and parts[0] in top and dataclasses.is_dataclass(top[parts[0]]):
+        # a section's sub-table, e.g. orchestrator.lr_cut
+        table = _hints(top[parts[0]]).get(parts[1])
+        if dataclasses.is_dataclass(table) and parts[2] in _hints(table):
+            return _hints(table)[parts[2]]
+    if parts[0] == "model" and len(parts) in (2, 3):
+        model_fields = _model_fields()
+        if parts[1] in model_fields:
+            if len(parts) == 2:
+                return model_fields[parts[1]]
+            sub = _dataclass_in(model_fields[parts[1]])
+            if sub is not None and parts[2] in _hints(sub):
+                return _hints(sub)[parts[2]]
+    raise _unknown_key(key)
+
+
+def _parse_text(text: str) -> Any:
+    """A CLI value as a TOML value (numbers, booleans, arrays, inline tables)."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"cannot parse {text!r}") from e
+
+
+def coerce(key: str, value: Any, hint: Any) -> Any:
+    """Convert a TOML value or a CLI string to the field's type; ConfigError naming key otherwise."""
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
+            if type(None) in args:
+                return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return coerce(key, value, arg)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(errors[0] if errors else f"{key} = {value!r} is not valid")
+    expected = getattr(hint, "__name__", str(hint))
+    try:
+        if hint is bool:
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, str) and value.lower() in ("true", "false", "1", "0"):
+                return value.lower() in ("true", "1")
+        elif hint is int:
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+            if isinstance(value, str):
+                return int(value.replace("_", ""))
+        elif hint is float:
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return float(value)
+            if isinstance(value, str):
+                return float(value)
+        elif hint is str:
+            if isinstance(value, str):
+                return value
+        elif origin in (tuple, list):
+            items = _parse_text(value) if isinstance(value, str) else value
+            if isinstance(items, (list, tuple)):
+                if origin is tuple and args and args[-1] is not Ellipsis:
+                    if len(items) != len(args):
+                        raise ConfigError(f"{key} = {value!r}: expected {len(args)} values")
+                    return tuple(coerce(key, v, a) for v, a in zip(items, args, strict=True))
+                item_hint = args[0] if args else Any
+                return origin(coerce(key, v, item_hint) for v in items)
+        elif origin is dict or hint is dict:
+            table = _parse_text(value) if isinstance(value, str) else value
+            if isinstance(table, dict):
+                return table
+        elif hint is Any:
+            return _parse_text(value) if isinstance(value, str) else value
+        else:
+            return _parse_text(value) if isinstance(value, str) else value
+    except ConfigError:
+        raise
+    except ValueError as e:
+        raise ConfigError(f"{key} = {value!r} is not a valid {expected}") from e
+    raise ConfigError(f"{key} = {value!r} is not a valid {expected}")
+
+
+def _is_table_field(key: str) -> bool:
+    """True when `key` is itself a dict-typed field (its TOML table is one value, not a section)."""
+    try:
+        hint = _hint_for(key)
+    except ConfigError:
+        return False
+    return hint is dict or typing.get_origin(hint) is dict
+
+
+def _flatten(raw: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"train": {"steps": 3}} -> {"train.steps": 3}; a misspelt table is caught per key later."""
+    flat = {}
+    for name, value in raw.items():
+        key = f"{prefix}{name}"
+        if isinstance(value, dict) and not _is_table_field(key):
+            flat.update(_flatten(value, f"{key}."))
+        else:
+            flat[key] = value
+    return flat
+
+
+def parse_override(text: str) -> tuple[str, str]:
+    """'train.steps=10' -> ('train.steps', '10')."""
+    key, sep, value = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"override {text!r} is not of the form key=value")
+    return key, value.strip()
+
+
+def build_config(flat: dict[str, Any]) -> TrainConfig:
+    """Typed TrainConfig from {dotted key: value}; values are coerced by each field's type."""
+    sections: dict[str, dict[str, Any]] = {name: {} for name in _section_types()}
+    top: dict[str, Any] = {}
+    model_overrides: dict[str, Any] = {}
+    for key, value in flat.items():
+        hint = _hint_for(key)
+        typed = coerce(key, value, hint)
+        if "." not in key:
+            top[key] = typed
+            continue
+        section, name = key.split(".", 1)
+        if section == "model" and name != "preset":
+            model_overrides[name] = typed
+        else:
+            sections[section][name] = typed
+    hints = _hints(TrainConfig)
+    built = {}
+    for name, values in sections.items():
+        # sub-table fields (orchestrator.<kind>.*) start from the section's own default table
+        nested: dict[str, dict[str, Any]] = {}
+        for key in [k for k in values if "." in k]:
+            table, leaf = key.split(".", 1)
+            nested.setdefault(table, {})[leaf] = values.pop(key)
+        try:
+            section = hints[name](**values)
+        except ConfigError:
+            raise
+        except ValueError as e:  # sections defined outside this module (orchestrator.settings)
+            raise ConfigError(str(e)) from e
+        for table, leaves in nested.items():
+            try:
+                setattr(section, table, dataclasses.replace(getattr(section, table), **leaves))
+            except ValueError as e:
+                raise ConfigError(f"{name}.{table}: {e}") from e
+        built[name] = section
+    built["model"].overrides = model_overrides
+    return TrainConfig(**built, **top)
+
+
+def load_config(
+    path: Path | None = None, overrides: list[str] | tuple[str, ...] = ()
+) -> TrainConfig:
+    """TOML file (optional) + `key=value` overrides -> validated TrainConfig."""
+    flat: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist")
+        try:
+            raw = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"config file {path} is not valid TOML: {e}") from e
+        flat.update(_flatten(raw))
+    for text in overrides:
+        key, value = parse_override(text)
+        _hint_for(key)
+        flat[key] = value
+    return build_config(flat)
+
+
+# ----------------------------------------------------------------------------------------------
+# Writing: the resolved config as TOML (None values are omitted: TOML has no null).
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        items = ", ".join(
+            f"{json.dumps(k)} = {_toml_value(v)}" for k, v in value.items() if v is not None
+        )
+        return "{" + items + "}"
+    raise ConfigError(f"cannot write {value!r} ({type(value).__name__}) to TOML")
+
+
+def to_dict(config: TrainConfig) -> dict[str, Any]:
+    """Nested plain dict; [model] overrides are merged into the model section."""
+    out = dataclasses.asdict(config)
+    model = out["model"]
+    model.update(model.pop("overrides"))
+    return out
+
+
+def to_toml(config: TrainConfig) -> str:
+    raw = to_dict(config)
+    lines = ["# Resolved ats-train config (ats-train --config this_file repeats the run)."]
+    for name, value in raw.items():
+        if not isinstance(value, dict) and value is not None:
+            lines.append(f"{name} = {_toml_value(value)}")
+    for name, value in raw.items():
+        if isinstance(value, dict):
+            lines.append(f"\n[{name}]")
+            for sub, sub_value in value.items():
+                if sub_value is not None:
+                    lines.append(f"{sub} = {_toml_value(sub_value)}")
+    return "\n".join(lines) + "\n"

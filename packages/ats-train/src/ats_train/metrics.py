@@ -1,0 +1,164 @@
+"""Training metrics: one record per step, sent to metrics.jsonl, TensorBoard and a rich display.
+
+metrics.jsonl is the stream the orchestrator and `ats-train plot` read: one JSON object per line,
+{"kind": "train" | "val", "step": N, ...}, flushed as written. On resume the records of steps after
+the checkpoint are dropped (they are recomputed), so the stream always describes one history.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+METRICS_FILE = "metrics.jsonl"
+TB_DIR = "tb"
+
+
+def stats_record(stats: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """ModelOutput.stats (per-layer tensors) -> JSON-ready per-layer lists.
+
+    "moe/tokens_per_expert" (n_moe_layers, E) becomes "moe/expert_fraction": each layer's share of
+    routed token copies per expert (1/E everywhere = perfect balance).
+    """
+    out: dict[str, Any] = {}
+    for key, value in stats.items():
+        value = value.detach().float().cpu()
+        if key == "moe/tokens_per_expert":
+            total = value.sum(dim=-1, keepdim=True).clamp_min(1.0)
+            out["moe/expert_fraction"] = (value / total).tolist()  # (n_moe_layers, E)
+        else:
+            out[key] = value.tolist()
+    return out
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    path = Path(run_dir) / METRICS_FILE
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def truncate_metrics(run_dir: Path, last_step: int) -> None:
+    """Keep only records of steps <= last_step (the checkpoint a resumed run starts from)."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.is_file():
+        return
+    lines = []
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:  # the torn last line of a killed run
+            continue
+        if record["step"] <= last_step:
+            lines.append(line)
+    tmp = path.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(line + "\n" for line in lines))
+    os.replace(tmp, path)
+
+
+def _fmt(value: Any, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+class Metrics:
+    """Sinks for one run. `enabled` is False on non-zero ranks: they compute, rank 0 reports."""
+
+    def __init__(
+        self, run_dir: Path, total_steps: int, start_step: int, log_every: int, enabled: bool
+    ):
+        self.enabled = enabled
+        self.log_every = log_every
+        self.console = Console(highlight=False)
+        self._file = None
+        self._tb = None
+        self._progress = None
+        if not enabled:
+            return
+        from torch.utils.tensorboard import SummaryWriter
+
+        truncate_metrics(run_dir, start_step)
+        self._file = open(Path(run_dir) / METRICS_FILE, "a")
+        # purge_step hides events of steps that a resumed run recomputes.
+        self._tb = SummaryWriter(str(Path(run_dir) / TB_DIR), purge_step=start_step + 1)
+        self._progress = Progress(
+            TextColumn("[bold]train"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[status]}"),
+            TimeRemainingColumn(),
+            console=self.console,
+            transient=False,
+        )
+        self._task = self._progress.add_task(
+            "train", total=total_steps, completed=start_step, status=""
+        )
+        self._progress.start()
+
+    def _write(self, record: dict[str, Any]) -> None:
+        assert self._file is not None
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+
+    def _scalars(self, prefix: str, value: Any, step: int) -> None:
+        """Scalars as is; per-layer lists as prefix/layer{i}; (layer, expert) as .../expert{e}."""
+        assert self._tb is not None
+        if isinstance(value, list):
+            for i, row in enumerate(value):
+                if isinstance(row, list):
+                    for e, item in enumerate(row):
+                        self._tb.add_scalar(f"{prefix}/layer{i}/expert{e}", item, step)
+                else:
+                    self._tb.add_scalar(f"{prefix}/layer{i}", row, step)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            self._tb.add_scalar(prefix, value, step)
+
+    def train(self, record: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        record = {"kind": "train", "time": time.time(), **record}
+        self._write(record)
+        step = record["step"]
+        for key, value in record.items():
+            if key not in ("kind", "step", "time") and value is not None:
+                self._scalars(f"train/{key}", value, step)
+        status = f"loss {record['loss']:.4f}  {_fmt(record['tokens_per_s'], '.0f')} tok/s"
+        assert self._progress is not None
+        self._progress.update(self._task, completed=step, status=status)
+        if step % self.log_every == 0 or step == 1:
+            self.console.print(
+                f"step {step:>6} | loss {record['loss']:.4f} | lr {record['lr']:.2e} | "
+                f"grad norm {_fmt(record['grad_norm'], '.3f')} | "
+                f"{_fmt(record['tokens_per_s'], ',.0f')} tok/s | mfu {_fmt(record['mfu'], '.1%')}"
+            )
+
+    def val(self, step: int, val_loss: float) -> None:
+        if not self.enabled:
+            return
+        self._write({"kind": "val", "time": time.time(), "step": step, "val_loss": val_loss})
+        assert self._tb is not None
+        self._tb.add_scalar("val/loss", val_loss, step)
+        ppl = math.exp(val_loss) if val_loss < 50 else float("inf")
+        self.console.print(f"step {step:>6} | val loss {val_loss:.4f} | val ppl {ppl:.1f}")
+
+    def message(self, text: str) -> None:
+        if self.enabled:
+            self.console.print(text)
+
+    def close(self) -> None:
+        if not self.enabled:
+            return
+        assert self._progress is not None and self._tb is not None and self._file is not None
+        self._progress.stop()
+        self._tb.close()
+        self._file.close()
+        self.enabled = False

@@ -1,0 +1,70 @@
+"""What every intervention kind is: a trigger on signals, an action on the run, a cooldown and a
+confidence. Kinds are small classes in kinds/; the Orchestrator decides when to ask them.
+
+A kind sees only the records gathered since its own last action (so one spike does not fire the
+same kind twice) and reports each change as {"what": [before, after]}, which is logged verbatim.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from ats_train.orchestrator.settings import KindSettings
+from ats_train.orchestrator.signals import Signals
+
+if TYPE_CHECKING:
+    from ats_train.orchestrator.orchestrator import Orchestrator
+    from ats_train.trainer import Trainer
+
+
+@dataclass
+class Evidence:
+    """What a kind judges: the signals of its records, the records themselves, all val records."""
+
+    signals: Signals
+    records: list[dict[str, Any]]
+    val: list[dict[str, Any]]
+
+
+@dataclass
+class Trigger:
+    reason: str  # one line, with the numbers that fired it
+    confidence: float  # in [0, 1]; below the kind's min_confidence nothing is done
+
+
+def above(value: float, threshold: float) -> float:
+    """Confidence of `value > threshold`: 0.5 at the threshold, 1 at 1.5x it."""
+    if threshold <= 0:
+        return 1.0
+    return max(0.0, min(1.0, value / threshold - 0.5))
+
+
+def below(value: float, threshold: float) -> float:
+    """Confidence of `value < threshold`: 0.5 at the threshold, 1 at two thirds of it or less."""
+    if value <= 0:
+        return 1.0
+    return max(0.0, min(1.0, threshold / value - 0.5))
+
+
+Change = dict[str, list[Any]]  # "what" -> [before, after]
+
+
+class Intervention:
+    """Base class. Subclasses set `name` (the [orchestrator.<name>] table) and implement check/apply.
+
+    guard = True: evaluated every step by the hook that owns it (skip_batch, rollback, oom), not by
+    the every-N evaluation."""
+
+    name: ClassVar[str]
+    action: ClassVar[str]  # what it does, in a few words (the decision log's "action")
+    guard: ClassVar[bool] = False
+
+    def __init__(self, settings: KindSettings) -> None:
+        self.settings = settings
+
+    def check(self, evidence: Evidence, trainer: Trainer, orch: Orchestrator) -> Trigger | None:
+        raise NotImplementedError
+
+    def apply(self, evidence: Evidence, trainer: Trainer, orch: Orchestrator) -> Change:
+        raise NotImplementedError

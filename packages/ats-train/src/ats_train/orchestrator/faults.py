@@ -1,0 +1,111 @@
+"""Fault injection from TrainConfig [faults]: real conditions in a real run, for tests and drills.
+
+Each fault changes what the run computes, not what the orchestrator sees: a NaN lands in a real
+gradient, an OOM is a torch.OutOfMemoryError raised from inside the model's forward (on CUDA a
+real allocation that does not fit), a routing collapse is a real router bias. Off by default;
+each fires once per process (a rollback that replays the step does not replay the fault).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ats_train.orchestrator.settings import FaultsSection
+
+if TYPE_CHECKING:
+    from ats_train.trainer import Trainer
+
+COLLAPSE_BIAS = 100.0  # added to the chosen experts' selection bias: nothing else is ever picked
+
+
+class Faults:
+    def __init__(self, faults: FaultsSection) -> None:
+        self.config = faults
+        self.fired: set[str] = set()
+        self._step = 0  # the 1-based step being computed, for the OOM hook
+
+    @property
+    def any(self) -> bool:
+        return any(
+            getattr(self.config, name) is not None
+            for name in vars(self.config)
+            if name.endswith("_at_step")
+        )
+
+    def _due(self, name: str, step: int) -> bool:
+        at = getattr(self.config, f"{name}_at_step")
+        if at is None or step != at or name in self.fired:
+            return False
+        self.fired.add(name)
+        return True
+
+    def attach(self, model: torch.nn.Module) -> None:
+        if self.config.oom_at_step is not None:
+            model.register_forward_pre_hook(self._oom_hook)
+
+    def _oom_hook(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
+        at, limit = self.config.oom_at_step, self.config.oom_max_micro_batch
+        if at is None or self._step < at or not module.training or args[0].shape[0] <= limit:
+            return
+        self.fired.add("oom")
+        device = args[0].device
+        if device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(device)
+            torch.empty(free + (1 << 30), dtype=torch.uint8, device=device)  # raises a real OOM
+        raise torch.OutOfMemoryError(
+            f"injected out of memory (faults.oom_at_step = {at}): micro-batch {args[0].shape[0]} "
+            f"> faults.oom_max_micro_batch = {limit}"
+        )
+
+    # ---- hooks the Trainer calls ----------------------------------------------------------------
+    def lr_factor(self, step: int) -> float:
+        """Multiplier on the lr of 1-based step `step` (plateau: stalled; diverge: too high)."""
+        c, factor = self.config, 1.0
+        if c.plateau_at_step is not None and step >= c.plateau_at_step:
+            factor *= c.plateau_lr_factor
+        if c.diverge_at_step is not None and step >= c.diverge_at_step:
+            factor *= c.diverge_lr_factor
+        return factor
+
+    @torch.no_grad()
+    def before_step(self, trainer: Trainer) -> None:
+        step = trainer.step + 1
+        self._step = step
+        model = trainer.raw_model
+        if self._due("routing_collapse", step):
+            for layer in model.moe_layers():
+                layer.expert_bias[: layer.top_k] += COLLAPSE_BIAS
+        if self._due("router_sharpen", step):
+            for layer in model.moe_layers():
+                layer.router.weight.mul_(self.config.router_sharpen_factor)
+        if self._due("mod_collapse", step):
+            for layer in model.mod_layers():
+                # w_out < 0 and large hidden activations: the logit is far below 0 for every token
+                layer.mod_predictor.w_out.weight.fill_(-1.0)
+                layer.mod_predictor.w_in.weight.mul_(50.0)
+        if self._due("weight_growth", step):
+            for p in model.parameters():
+                if p.ndim >= 2:
+                    p.mul_(self.config.weight_growth_factor)
+
+    def batch(
+        self, step: int, x: torch.Tensor, y: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The batch of 1-based step `step`; a loss spike replaces its targets by random tokens."""
+        if not self._due("loss_spike", step):
+            return x, y
+        vocab = int(max(x.max(), y.max())) + 1
+        generator = torch.Generator().manual_seed(step)
+        return x, torch.randint(0, vocab, y.shape, generator=generator)
+
+    @torch.no_grad()
+    def after_backward(self, trainer: Trainer) -> None:
+        step = trainer.step + 1
+        grads = [p.grad for p in trainer.raw_model.parameters() if p.grad is not None]
+        if self._due("nan_grad", step):
+            grads[0].view(-1)[0] = float("nan")
+        if self._due("grad_spike", step):
+            for g in grads:
+                g.mul_(self.config.grad_spike_factor)

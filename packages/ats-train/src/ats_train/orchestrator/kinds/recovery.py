@@ -1,0 +1,91 @@
+"""Guards that run every step: skip a loss-spiking batch, roll back on NaN/inf, recover from OOM."""
+
+from __future__ import annotations
+
+import math
+
+from ats_train.checkpoint import checkpoint_step, latest_checkpoint
+from ats_train.orchestrator.base import Change, Evidence, Intervention, Trigger, above
+
+
+class SkipBatch(Intervention):
+    """Loss spike: this step's loss is (1 + threshold) x the median of the 5 steps before it.
+    Action: the update is not taken (the gradients are dropped, the optimizer does not step); the
+    batch is consumed."""
+
+    name = "skip_batch"
+    action = "skip this update"
+    guard = True
+
+    def check(self, evidence: Evidence, trainer, orch) -> Trigger | None:
+        s, t = evidence.signals, self.settings.threshold
+        if s.loss_spike_ratio is None or s.loss_spike_ratio <= 1.0 + t:
+            return None
+        return Trigger(
+            f"loss {s.loss:.3f} is {s.loss_spike_ratio:.2f}x the window median",
+            above(s.loss_spike_ratio - 1.0, t),
+        )
+
+    def apply(self, evidence: Evidence, trainer, orch) -> Change:
+        trainer.optimizer.zero_grad(set_to_none=True)
+        return {"update": ["step", "skipped"]}
+
+
+class Rollback(Intervention):
+    """NaN / inf: this step's loss or grad norm is not finite. Action: reload the latest checkpoint
+    (model, optimizer, loader, RNG, knobs; the decision history is kept) and lr_scale x factor.
+    Without a checkpoint there is nothing to roll back to and the guard does not fire."""
+
+    name = "rollback"
+    action = "reload the latest checkpoint, lr_scale x factor"
+    guard = True
+
+    def check(self, evidence: Evidence, trainer, orch) -> Trigger | None:
+        record = evidence.records[-1]
+        bad = [k for k in ("loss", "grad_norm") if not math.isfinite(record[k] or 0.0)]
+        if not bad or latest_checkpoint(trainer.run_dir) is None:
+            return None
+        return Trigger(f"non-finite {' and '.join(bad)} at step {record['step']}", 1.0)
+
+    def apply(self, evidence: Evidence, trainer, orch) -> Change:
+        path = latest_checkpoint(trainer.run_dir)
+        assert path is not None  # check() found it
+        before_step, before_scale = trainer.step, orch.lr_scale
+        keep = orch.state_dict()
+        trainer.load(path)  # restores the checkpoint's orchestrator state: put ours back
+        orch.load_state_dict(keep)  # and decisions.jsonl rewritten to it
+        orch.reset_window()
+        orch.lr_scale = before_scale * self.settings.factor
+        evidence.records[-1]["rolled_back"] = True  # the loop neither evaluates nor saves it
+        return {
+            "step": [before_step, checkpoint_step(path)],
+            "lr_scale": [before_scale, orch.lr_scale],
+        }
+
+
+class OOMRecovery(Intervention):
+    """Out of memory inside the step (torch.OutOfMemoryError). Action: halve the micro-batch (to
+    the largest divisor of the per-rank batch below it), so accumulation doubles and the global
+    batch stays the same, and retry the same batch. At micro-batch 1 the error is re-raised."""
+
+    name = "oom"
+    action = "halve the micro-batch, retry the step"
+    guard = True
+
+    def check(self, evidence: Evidence, trainer, orch) -> Trigger | None:
+        micro = trainer.micro_batch_size
+        if micro <= 1:
+            return None
+        return Trigger(f"out of memory at micro-batch {micro}", 1.0)
+
+    def apply(self, evidence: Evidence, trainer, orch) -> Change:
+        train = trainer.config.train
+        per_rank = train.batch_size // trainer.backend.world_size
+        before = trainer.micro_batch_size
+        after = max(d for d in range(1, before // 2 + 1) if per_rank % d == 0)
+        train.micro_batch_size = after
+        orch.settings["train.micro_batch_size"] = after
+        return {
+            "train.micro_batch_size": [before, after],
+            "accumulation": [per_rank // before, per_rank // after],
+        }

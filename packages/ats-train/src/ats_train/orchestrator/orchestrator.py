@@ -1,0 +1,238 @@
+"""The Orchestrator: reads each step's metrics record, computes signals every `every` steps, asks
+each enabled kind whether its trigger holds, and in mode `act` applies the action (in `advise`
+it only logs it; in `off` it is not consulted and the run is exactly the plain trainer's).
+
+Hooks the Trainer calls, in step order:
+    lr(base)                  lr to use: schedule x lr_scale
+    forward_backward(...)     the trainer's forward_backward with OOM recovery around it
+    before_update(...)        True = skip this update (loss-spike guard)
+    annotate(record)          adds param_norm, update_ratio, memory_gb, MoD predictor stats
+    after_step(record)        NaN/inf rollback guard; every-N evaluation of the other kinds
+    observe_val(step, loss)   val losses for the divergence signal
+Its whole state (history, window, cooldowns, lr_scale, changed settings) is in the checkpoint.
+"""
+
+from __future__ import annotations
+
+import math
+import resource
+import statistics
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ats_train.orchestrator.base import Evidence, Intervention
+from ats_train.orchestrator.decisions import DecisionLog
+from ats_train.orchestrator.kinds import KINDS
+from ats_train.orchestrator.settings import OrchestratorSection
+from ats_train.orchestrator.signals import compute_signals
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ats_train.trainer import StepOutput, Trainer
+
+
+class Orchestrator:
+    def __init__(
+        self,
+        settings: OrchestratorSection,
+        run_dir: Path | None = None,
+        show: Callable[[str], None] | None = None,
+        flops_per_token: float = 0.0,
+    ) -> None:
+        self.config = settings
+        self.kinds: dict[str, Intervention] = {
+            name: KINDS[name](kind) for name, kind in settings.kinds().items() if kind.enabled
+        }
+        self.log = DecisionLog(run_dir, show)
+        self.flops_per_token = flops_per_token
+        self.history: list[dict[str, Any]] = []
+        self.window: list[dict[str, Any]] = []
+        self.val: list[dict[str, Any]] = []
+        self.last_fired: dict[str, int] = {}
+        self.lr_scale = 1.0
+        self.settings: dict[str, Any] = {}  # dotted config key -> value it was changed to
+        self.stop_requested = False
+        self.eval_means: list[float] = []  # window-mean train loss at each evaluation
+        self._snapshot: list[torch.Tensor] | None = None
+        self._predictor_selected: dict[int, list[float]] = {}
+
+    @classmethod
+    def disabled(cls) -> Orchestrator:
+        return cls(OrchestratorSection(mode="off"))
+
+    @property
+    def active(self) -> bool:
+        return self.config.mode != "off"
+
+    def attach(self, model: torch.nn.Module) -> None:
+        """Measure what the causal MoD predictors would keep (the share inference routes)."""
+        if not self.active:
+            return
+        for i, layer in enumerate(model.mod_layers()):
+            if layer.routing == "learned":
+                layer.mod_predictor.register_forward_hook(self._predictor_hook(i))
+
+    def _predictor_hook(self, i: int) -> Callable[..., None]:
+        def hook(module: torch.nn.Module, inputs: Any, output: torch.Tensor) -> None:
+            if module.training:
+                kept = float((output.detach() > 0).float().mean())
+                self._predictor_selected.setdefault(i, []).append(kept)
+
+        return hook
+
+    # ---- hooks ---------------------------------------------------------------------------------
+    def lr(self, base: float) -> float:
+        return base * self.lr_scale
+
+    def forward_backward(self, trainer: Trainer, x: torch.Tensor, y: torch.Tensor) -> StepOutput:
+        while True:
+            try:
+                return trainer.forward_backward(x, y)
+            except torch.OutOfMemoryError:
+                if not self._recover_oom(trainer):
+                    raise
+            # out of the except block: the failed step's frames and activations are released
+            trainer.optimizer.zero_grad(set_to_none=True)
+            self._predictor_selected.clear()
+            if trainer.backend.device.type == "cuda":
+                torch.cuda.empty_cache()
+
+    def _recover_oom(self, trainer: Trainer) -> bool:
+        kind = self.kinds.get("oom")
+        if not self.active or kind is None:
+            return False
+        record = {"step": trainer.step + 1, "loss": None, "grad_norm": None}
+        return self._decide(kind, trainer, [*self.window, record])
+
+    def before_update(self, trainer: Trainer, out: StepOutput) -> bool:
+        """Called between backward and the optimizer step; True = skip this update."""
+        if not self.active:
+            return False
+        if (trainer.step + 1) % self.config.every == 0:
+            self._snapshot = [p.detach().clone() for p in trainer.raw_model.parameters()]
+        kind = self.kinds.get("skip_batch")
+        if kind is None or not math.isfinite(out.loss):
+            return False
+        recent = self._since(kind.name)[-self.config.window :]
+        if len(recent) < self.config.min_records:
+            return False
+        record = {"step": trainer.step + 1, "loss": out.loss, "grad_norm": None}
+        return self._decide(kind, trainer, [*recent, record])
+
+    @torch.no_grad()
+    def annotate(self, trainer: Trainer, record: dict[str, Any]) -> None:
+        if not self.active:
+            return
+        params = list(trainer.raw_model.parameters())
+        # matrices only: what weight decay acts on (norm gains at 1.0 would dominate a tiny model);
+        # one host sync per quantity, not one per tensor
+        matrices = [p.detach().float().norm() for p in params if p.ndim >= 2]
+        record["param_norm"] = float(torch.stack(matrices).norm())
+        if self._snapshot is not None and len(self._snapshot) == len(params):
+            pairs = list(zip(params, self._snapshot, strict=True))
+            delta = torch.stack([(p.detach().float() - q.float()).norm() for p, q in pairs]).norm()
+            before = torch.stack([q.float().norm() for q in self._snapshot]).norm()
+            record["update_ratio"] = float(delta / before) if float(before) > 0 else None
+        self._snapshot = None
+        if trainer.backend.device.type == "cuda":
+            record["memory_gb"] = torch.cuda.max_memory_allocated(trainer.backend.device) / 1e9
+        else:  # Linux reports ru_maxrss in KiB
+            record["memory_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+        if self._predictor_selected:
+            layers = sorted(self._predictor_selected)
+            record["mod/predictor_selected"] = [
+                statistics.fmean(self._predictor_selected[i]) for i in layers
+            ]
+            self._predictor_selected.clear()
+
+    def after_step(self, trainer: Trainer, record: dict[str, Any]) -> None:
+        if not self.active:
+            return
+        self.window = [*self.window, record][-max(self.config.window, 4 * self.config.every) :]
+        rollback = self.kinds.get("rollback")
+        if rollback is not None and self._decide(rollback, trainer, [record]):
+            return
+        if trainer.step % self.config.every:
+            return
+        losses = [r["loss"] for r in self.window[-self.config.every :]]
+        finite = [v for v in losses if v is not None and math.isfinite(v)]
+        if finite:
+            self.eval_means.append(statistics.fmean(finite))
+        for kind in self.kinds.values():
+            if kind.guard:
+                continue
+            records = self._since(kind.name)[-self.config.window :]
+            if len(records) >= self.config.min_records:
+                self._decide(kind, trainer, records)
+
+    def observe_val(self, step: int, val_loss: float) -> None:
+        if self.active:
+            self.val.append({"step": step, "val_loss": val_loss})
+
+    # ---- deciding ------------------------------------------------------------------------------
+    def _since(self, name: str) -> list[dict[str, Any]]:
+        """The window's records after this kind's last decision (its fresh evidence)."""
+        last = self.last_fired.get(name, 0)
+        return [r for r in self.window if r["step"] > last]
+
+    def _decide(self, kind: Intervention, trainer: Trainer, records: list[dict[str, Any]]) -> bool:
+        """Check one kind; log a decision when it fires; True when the action was applied."""
+        step = records[-1]["step"]
+        last = self.last_fired.get(kind.name)
+        if last is not None and step - last < kind.settings.cooldown:
+            return False
+        signals = compute_signals(records, self.val, self.flops_per_token)
+        evidence = Evidence(signals, records, self.val)
+        trigger = kind.check(evidence, trainer, self)
+        if trigger is None or trigger.confidence < kind.settings.min_confidence:
+            return False
+        act = self.config.mode == "act"
+        change = kind.apply(evidence, trainer, self) if act else {}
+        decision = {
+            "step": step,
+            "kind": kind.name,
+            "mode": self.config.mode,
+            "applied": act,
+            "confidence": round(trigger.confidence, 4),
+            "reason": trigger.reason,
+            "action": kind.action,
+            "change": change,
+            "signals": {k: v for k, v in signals.as_dict().items() if v is not None},
+        }
+        self.last_fired[kind.name] = step
+        self.history.append(decision)
+        self.log.write(decision)
+        return act
+
+    def reset_window(self) -> None:
+        """Forget the records (after a rollback or a change of expert count)."""
+        self.window = []
+        self.val = []
+
+    # ---- checkpoint ----------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "history": list(self.history),
+            "window": list(self.window),
+            "val": list(self.val),
+            "last_fired": dict(self.last_fired),
+            "lr_scale": self.lr_scale,
+            "settings": dict(self.settings),
+            "stop_requested": self.stop_requested,
+            "eval_means": list(self.eval_means),
+        }
+
+    def load_state_dict(self, state: dict[str, Any], rewrite_log: bool = True) -> None:
+        self.history = list(state["history"])
+        self.window = list(state["window"])
+        self.val = list(state["val"])
+        self.last_fired = dict(state["last_fired"])
+        self.lr_scale = float(state["lr_scale"])
+        self.settings = dict(state["settings"])
+        self.stop_requested = bool(state["stop_requested"])
+        self.eval_means = list(state["eval_means"])
+        if rewrite_log:
+            self.log.rewrite(self.history)

@@ -1,0 +1,183 @@
+"""Signals: what the orchestrator reads, computed from a window of metrics.jsonl records.
+
+Every signal is a plain float (or None when the run has no such quantity, e.g. no MoE layers, or
+too few records). Per-layer MoE / MoD statistics are averaged over the window first (one step's
+64-token batch is far too noisy to judge an expert by), then reduced over layers.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass
+class Signals:
+    step: int  # the last record's step
+    n: int  # train records in the window
+    loss: float | None  # last train loss
+    loss_mean: float | None  # mean train loss over the window (finite values only)
+    loss_std: float | None  # its standard deviation
+    loss_trend: float | None  # least-squares slope of loss vs step over the window (nats/step)
+    loss_rel_change: float | None  # (mean of the window's 2nd half - 1st half) / 1st half
+    loss_rise: float | None  # mean of the window's last third / its best earlier 3-step mean - 1
+    loss_zscore: float | None  # last loss vs mean / std of the records before it
+    loss_spike_ratio: float | None  # last loss / median of the (up to) 5 records before it
+    val_loss: float | None  # last validation loss
+    val_rel_change: float | None  # last val loss / best earlier val loss - 1
+    grad_norm: float | None  # last gradient norm (before clipping)
+    grad_norm_median: float | None  # median gradient norm over the window
+    grad_spike_ratio: float | None  # max grad norm in the window / median of the window
+    update_ratio: float | None  # last measured ||w_t - w_{t-1}|| / ||w_{t-1}||
+    param_norm_growth: float | None  # last weight-matrix norm / the window's first
+    lr: float | None  # last learning rate
+    loss_scale: float | None  # fp16 loss scale (None without a GradScaler)
+    nonfinite: int  # records in the window whose loss or grad norm is NaN / inf
+    skipped: int  # steps in the window whose update was skipped
+    tokens_per_s: float | None  # mean throughput over the window
+    memory_gb: float | None  # last peak memory (CUDA allocated, else process max RSS)
+    expert_util_min: float | None  # least-used expert's share x n_experts (1 = fair share)
+    expert_util_max: float | None  # most-used expert's share x n_experts
+    imbalance: float | None  # expert_util_max - 1 (window-averaged max violation)
+    max_violation: float | None  # per-step max load / mean load - 1, window mean, worst layer
+    routing_entropy: float | None  # router entropy / ln(n_experts), window mean, lowest layer
+    dropped_fraction: float | None  # routed slots dropped by capacity, window mean, worst layer
+    router_z: float | None  # router z-loss value, window mean, worst layer
+    mod_selected_fraction: float | None  # share of tokens MoD blocks process, window mean
+    mod_predictor_accuracy: float | None  # causal predictor agreement with top-k, window mean
+    mod_predictor_selected: float | None  # share the causal predictor would keep, lowest layer
+    flops: float | None  # training FLOPs spent so far (tokens x FLOPs per token)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _finite(values: list[Any]) -> list[float]:
+    return [float(v) for v in values if v is not None and math.isfinite(v)]
+
+
+def _mean(values: list[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def _slope(steps: list[float], values: list[float]) -> float | None:
+    if len(values) < 2:
+        return None
+    ms, mv = statistics.fmean(steps), statistics.fmean(values)
+    var = sum((s - ms) ** 2 for s in steps)
+    if var == 0:
+        return None
+    return sum((s - ms) * (v - mv) for s, v in zip(steps, values, strict=True)) / var
+
+
+def _layer_means(records: list[dict[str, Any]], key: str) -> list[Any] | None:
+    """Window mean of a per-layer list (or per-layer, per-expert list of lists)."""
+    rows = [r[key] for r in records if key in r]
+    if not rows:
+        return None
+    first = rows[0]
+    rows = [row for row in rows if _shape(row) == _shape(first)]
+    if isinstance(first[0], list):
+        return [
+            [statistics.fmean(row[i][e] for row in rows) for e in range(len(first[i]))]
+            for i in range(len(first))
+        ]
+    return [statistics.fmean(row[i] for row in rows) for i in range(len(first))]
+
+
+def _shape(row: list[Any]) -> tuple[int, ...]:
+    return (len(row), *(len(x) for x in row if isinstance(x, list)))
+
+
+def _is_bad(value: Any) -> bool:
+    return value is not None and not math.isfinite(value)
+
+
+def compute_signals(
+    train: list[dict[str, Any]], val: list[dict[str, Any]], flops_per_token: float
+) -> Signals:
+    """Signals of the train records `train` (oldest first) and all val records so far."""
+    last = train[-1] if train else {}
+    losses = _finite([r["loss"] for r in train])
+    prev = _finite([r["loss"] for r in train[:-1]])
+    loss = last.get("loss")
+    loss_std = statistics.pstdev(losses) if len(losses) >= 2 else None
+    zscore = spike_ratio = None
+    if loss is not None and math.isfinite(loss) and len(prev) >= 3:
+        std = statistics.pstdev(prev)
+        zscore = (loss - statistics.fmean(prev)) / std if std > 0 else None
+        spike_ratio = loss / statistics.median(prev[-5:])
+    finite = [(r["step"], r["loss"]) for r in train if r["loss"] is not None]
+    finite = [(s, v) for s, v in finite if math.isfinite(v)]
+    half = len(losses) // 2
+    rel_change = None
+    if half >= 2:
+        first, second = statistics.fmean(losses[:half]), statistics.fmean(losses[half:])
+        rel_change = (second - first) / first
+    rise = None
+    third = len(losses) // 3
+    if third >= 3:
+        earlier = [statistics.fmean(losses[i : i + 3]) for i in range(len(losses) - third - 2)]
+        rise = statistics.fmean(losses[-third:]) / min(earlier) - 1.0
+    val_losses = _finite([r["val_loss"] for r in val])
+    val_rel = None
+    if len(val_losses) >= 2:
+        val_rel = val_losses[-1] / min(val_losses[:-1]) - 1.0
+    grads = _finite([r["grad_norm"] for r in train])
+    grad_median = statistics.median(grads) if grads else None
+    grad_spike = max(grads) / grad_median if grads and grad_median else None
+    norms = _finite([r.get("param_norm") for r in train])
+    ratios = _finite([r.get("update_ratio") for r in train])
+    fraction = _layer_means(train, "moe/expert_fraction")
+    util_min = util_max = None
+    if fraction is not None:
+        n_experts = len(fraction[0])
+        util_min = min(min(layer) for layer in fraction) * n_experts
+        util_max = max(max(layer) for layer in fraction) * n_experts
+    entropy = _layer_means(train, "moe/entropy")
+    routing_entropy = None
+    if entropy is not None and fraction is not None:
+        routing_entropy = min(entropy) / math.log(len(fraction[0])) if len(fraction[0]) > 1 else 1.0
+
+    def worst(key: str, pick: Any = max) -> float | None:
+        means = _layer_means(train, key)
+        return None if means is None else pick(means)
+
+    return Signals(
+        step=last.get("step", 0),
+        n=len(train),
+        loss=loss,
+        loss_mean=_mean(losses),
+        loss_std=loss_std,
+        loss_trend=_slope([float(s) for s, _ in finite], [v for _, v in finite]),
+        loss_rel_change=rel_change,
+        loss_rise=rise,
+        loss_zscore=zscore,
+        loss_spike_ratio=spike_ratio,
+        val_loss=val_losses[-1] if val_losses else None,
+        val_rel_change=val_rel,
+        grad_norm=last.get("grad_norm"),
+        grad_norm_median=grad_median,
+        grad_spike_ratio=grad_spike,
+        update_ratio=ratios[-1] if ratios else None,
+        param_norm_growth=norms[-1] / norms[0] if len(norms) >= 2 and norms[0] > 0 else None,
+        lr=last.get("lr"),
+        loss_scale=last.get("loss_scale"),
+        nonfinite=sum(1 for r in train if _is_bad(r["loss"]) or _is_bad(r["grad_norm"])),
+        skipped=sum(1 for r in train if r.get("skipped")),
+        tokens_per_s=_mean(_finite([r.get("tokens_per_s") for r in train])),
+        memory_gb=last.get("memory_gb"),
+        expert_util_min=util_min,
+        expert_util_max=util_max,
+        imbalance=None if util_max is None else util_max - 1.0,
+        max_violation=worst("moe/max_violation"),
+        routing_entropy=routing_entropy,
+        dropped_fraction=worst("moe/dropped_fraction"),
+        router_z=worst("moe/router_z"),
+        mod_selected_fraction=worst("mod/selected_fraction", min),
+        mod_predictor_accuracy=worst("mod/predictor_accuracy", min),
+        mod_predictor_selected=worst("mod/predictor_selected", min),
+        flops=last["tokens"] * flops_per_token if "tokens" in last else None,
+    )

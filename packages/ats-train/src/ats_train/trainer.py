@@ -1,0 +1,460 @@
+"""The Trainer: train() -> train_step() -> forward_backward(), plus evaluation and checkpoints.
+
+Components are made by build_* functions (build_trainer wires them); the Trainer only runs the
+loop. Resume is exact on CPU: model, optimizer, scheduler step, RNG streams, loader position,
+backend state (the fp16 loss scaler) and the runtime MoE/MoD knobs all come back from the
+checkpoint, and the next batch is the one the interrupted run would have drawn.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from ats_data.loader import TokenLoader
+from ats_model import (
+    ModelConfig,
+    build_model,
+    count_params,
+    flops_per_token,
+    generate,
+    save_pretrained,
+)
+from ats_model.serialization.model_dir import read_config
+from torch import nn
+
+from ats_train.backends import Backend, build_backend
+from ats_train.checkpoint import (
+    CheckpointError,
+    checkpoint_step,
+    latest_checkpoint,
+    load_tree,
+    save_checkpoint,
+    save_tree,
+)
+from ats_train.config import ConfigError, TrainConfig, TrainSection, to_toml
+from ats_train.data import TrainData, build_data
+from ats_train.lr import LRSchedule, build_lr_schedule
+from ats_train.metrics import Metrics, stats_record
+from ats_train.mfu import mfu, peak_flops
+from ats_train.model import build_model_config, check_same_model
+from ats_train.optim import build_optimizer
+from ats_train.orchestrator.chinchilla import run_steps
+from ats_train.orchestrator.faults import Faults
+from ats_train.orchestrator.orchestrator import Orchestrator
+from ats_train.orchestrator.resume import with_saved_settings
+from ats_train.orchestrator.settings import FaultsSection
+from ats_train.parallelize import parallelize
+from ats_train.precision import Precision, build_precision
+
+STATE_VERSION = 1
+
+
+@dataclass
+class StepOutput:
+    """One optimizer step's loss (mean over micro-batches) and per-layer routing statistics."""
+
+    loss: float
+    aux: dict[str, float]
+    stats: dict[str, torch.Tensor]
+
+
+@dataclass
+class Trainer:
+    config: TrainConfig
+    run_dir: Path
+    model: nn.Module  # what runs forward (possibly compiled / wrapped by the backend)
+    raw_model: nn.Module  # the plain ats_model module whose state is saved
+    optimizer: torch.optim.Optimizer
+    backend: Backend
+    precision: Precision
+    schedule: LRSchedule
+    data: TrainData
+    train_loader: TokenLoader
+    metrics: Metrics
+    flops_per_token: float
+    peak_flops: float | None
+    step: int = 0
+    # issue 8: decides between steps (its state is saved with every checkpoint); faults: drills
+    orchestrator: Orchestrator = field(default_factory=Orchestrator.disabled)
+    faults: Faults = field(default_factory=lambda: Faults(FaultsSection()))
+
+    # ---- the loop ------------------------------------------------------------------------------
+    def train(self) -> None:
+        train = self.config.train
+        while self.step < train.steps and not self.orchestrator.stop_requested:
+            if self.train_step().get("rolled_back"):  # back at a checkpointed step
+                continue
+            # read every step: the orchestrator may change the cadence or stop the run
+            running = self.step < train.steps and not self.orchestrator.stop_requested
+            if train.eval_every and self.step % train.eval_every == 0 and running:
+                self.validate()
+            every = self.config.checkpoint.every
+            if every and self.step % every == 0 and running:
+                self.save()
+        final = latest_checkpoint(self.run_dir)
+        if final is None or checkpoint_step(final) != self.step:
+            self.validate()
+            self.save()
+
+    def validate(self) -> None:
+        val_loss = self.evaluate()
+        self.metrics.val(self.step, val_loss)
+        self.orchestrator.observe_val(self.step, val_loss)
+
+    def train_step(self) -> dict[str, Any]:
+        train = self.config.train
+        lr = self.orchestrator.lr(self.schedule(self.step) * self.faults.lr_factor(self.step + 1))
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        t0 = time.perf_counter()
+        self.faults.before_step(self)
+        x, y = self.faults.batch(self.step + 1, *next(self.train_loader))  # (B_rank, T) each
+        out = self.orchestrator.forward_backward(self, x, y)  # OOM recovery around forward_backward
+        self.faults.after_backward(self)
+        skipped = self.orchestrator.before_update(self, out)
+        if skipped:
+            grad_norm, stepped = None, False
+        else:
+            grad_norm, stepped = self.backend.step(self.optimizer, self.config.optim.grad_clip)
+        self.step += 1
+        dt = time.perf_counter() - t0
+        tokens_per_s = train.batch_size * train.seq_len / dt
+        record = {
+            "step": self.step,
+            "loss": self.backend.all_reduce_mean(out.loss),
+            **{f"aux/{k}": v for k, v in out.aux.items()},
+            "lr": lr,
+            "grad_norm": grad_norm,
+            "stepped": stepped,
+            "tokens": self.step * train.batch_size * train.seq_len,
+            "tokens_per_s": tokens_per_s,
+            "mfu": mfu(tokens_per_s, self.flops_per_token, self.peak_flops),
+            **stats_record(out.stats),
+        }
+        if self.precision.scaler is not None:
+            record["loss_scale"] = self.precision.scaler.get_scale()
+        if skipped:
+            record["skipped"] = True
+        self.orchestrator.annotate(self, record)
+        self.metrics.train(record)
+        self.orchestrator.after_step(self, record)
+        return record
+
+    def forward_backward(self, x: torch.Tensor, y: torch.Tensor) -> StepOutput:
+        """Backpropagate one rank's batch in micro-batches; gradients sum to the batch mean.
+
+        Each micro-batch loss is divided by n_micro, so the accumulated gradient equals that of the
+        mean loss over the whole batch (all micro-batches hold the same number of tokens).
+        """
+        micro = self.micro_batch_size
+        n_micro = x.shape[0] // micro
+        weights = self.aux_weights()
+        # Detached running sums stay on the device: one host sync per step, not per micro-batch.
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.backend.device)
+        aux_sums: dict[str, torch.Tensor] = {}
+        stats_sums: dict[str, torch.Tensor] = {}
+        for i, (xm, ym) in enumerate(zip(x.split(micro), y.split(micro), strict=True)):
+            xm = xm.to(self.backend.device, non_blocking=True)  # (micro, T)
+            ym = ym.to(self.backend.device, non_blocking=True)  # (micro, T)
+            with self.precision.autocast():
+                output = self.model(xm, targets=ym)
+            loss = output.loss
+            for name, value in output.aux.items():
+                if name not in weights:
+                    raise KeyError(f"model returned aux loss {name!r}; TrainConfig has no weight")
+                loss = loss + weights[name] * value
+            self.backend.backward(loss / n_micro, last_micro_batch=i == n_micro - 1)
+            loss_sum += output.loss.detach()
+            for name, value in output.aux.items():
+                aux_sums[name] = aux_sums.get(name, 0.0) + value.detach().double()
+            for name, value in output.stats.items():
+                stats_sums[name] = stats_sums.get(name, 0.0) + value.detach().double()
+        return StepOutput(
+            loss=float(loss_sum / n_micro),
+            aux={k: float(v / n_micro) for k, v in aux_sums.items()},
+            stats={k: (v / n_micro).cpu() for k, v in stats_sums.items()},
+        )
+
+    @property
+    def micro_batch_size(self) -> int:
+        return micro_batch_size(self.config.train, self.backend.world_size)
+
+    def aux_weights(self) -> dict[str, float]:
+        loss = self.config.loss
+        return {
+            "moe_lb": loss.moe_lb_weight,
+            "moe_z": loss.moe_z_weight,
+            "mod_predictor": loss.mod_predictor_weight,
+        }
+
+    @torch.no_grad()
+    def evaluate(self) -> float:
+        """Mean validation loss over the first train.eval_batches batches of a fresh val loader."""
+        train = self.config.train
+        loader = build_loader(self.config, self.data, "val", self.micro_batch_size, self.backend)
+        self.model.eval()
+        total = 0.0
+        for _ in range(train.eval_batches):
+            x, y = next(loader)
+            with self.precision.autocast():
+                output = self.model(x.to(self.backend.device), targets=y.to(self.backend.device))
+            total += float(output.loss)
+        self.model.train()
+        return self.backend.all_reduce_mean(total / train.eval_batches)
+
+    # ---- checkpoints ---------------------------------------------------------------------------
+    def save(self) -> Path:
+        def write(directory: Path) -> None:
+            self.backend.save_model(self.raw_model, directory, self.data.tokenizer_path)
+            state_dir = directory / "trainer_state"
+            state_dir.mkdir()
+            save_tree(state_dir, "optimizer", self.backend.optimizer_state(self.optimizer))
+            save_tree(state_dir, "state", self.trainer_state())
+
+        path = save_checkpoint(self.run_dir, self.step, write, self.config.checkpoint.keep_last)
+        self.metrics.message(f"saved checkpoint {path}")
+        return path
+
+    def trainer_state(self) -> dict[str, Any]:
+        return {
+            "format_version": STATE_VERSION,
+            "step": self.step,
+            "scheduler": {"name": self.schedule.name, "step": self.step},
+            "loader": self.train_loader.state_dict(),
+            "backend": self.backend.state(),
+            "rng": rng_state(),
+            "knobs": runtime_knobs(self.raw_model),
+            "orchestrator": self.orchestrator.state_dict(),
+        }
+
+    def load(self, directory: Path) -> None:
+        """Restore everything a checkpoint holds; the model shape was checked before building."""
+        self.backend.load_model(self.raw_model, directory)
+        state_dir = directory / "trainer_state"
+        self.backend.load_optimizer_state(self.optimizer, load_tree(state_dir, "optimizer"))
+        state = load_tree(state_dir, "state")
+        if state["format_version"] != STATE_VERSION:
+            raise CheckpointError(
+                f"{state_dir}: trainer state format_version {state['format_version']!r}, "
+                f"this ats-train reads {STATE_VERSION}"
+            )
+        self.step = state["step"]
+        self.train_loader.load_state_dict(state["loader"])
+        self.backend.load_state(state["backend"])
+        set_runtime_knobs(self.raw_model, state["knobs"])
+        set_rng_state(state["rng"])
+        self.orchestrator.load_state_dict(state["orchestrator"])
+
+    # ---- the end of a run ----------------------------------------------------------------------
+    def export(self) -> Path:
+        """The final model directory, run_dir/model (what ats-infer and HF export read)."""
+        return save_pretrained(self.raw_model, self.run_dir / "model", self.data.tokenizer_path)
+
+    @torch.no_grad()
+    def sample(self) -> str:
+        train = self.config.train
+        tokenizer = self.data.tokenizer
+        ids = tokenizer.encode_ordinary(train.sample_prompt) or [tokenizer.eos_id]
+        idx = torch.tensor([ids], dtype=torch.long, device=self.backend.device)  # (1, T0)
+        self.raw_model.eval()
+        out = generate(
+            self.raw_model,
+            idx,
+            train.sample_tokens,
+            temperature=0.8,
+            top_k=40,
+            seed=train.seed,
+            stop_tokens=(tokenizer.eos_id,),
+        )
+        self.raw_model.train()
+        return tokenizer.decode(out[0].tolist())
+
+
+# ------------------------------------------------------------------------------------------------
+# State that is not a module's: RNG streams and the runtime knobs of MoE / MoD layers.
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def rng_state() -> dict[str, Any]:
+    state = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state:
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+_MOE_KNOBS = ("capacity_factor", "temperature", "top_k", "bias_update_rate")
+_MOD_KNOBS = ("capacity",)
+
+
+def runtime_knobs(model: nn.Module) -> dict[str, list[dict[str, Any]]]:
+    """The plain attributes an orchestrator may change between steps (model_api.md)."""
+    return {
+        "moe": [{k: getattr(layer, k) for k in _MOE_KNOBS} for layer in model.moe_layers()],
+        "mod": [{k: getattr(layer, k) for k in _MOD_KNOBS} for layer in model.mod_layers()],
+    }
+
+
+def set_runtime_knobs(model: nn.Module, knobs: dict[str, list[dict[str, Any]]]) -> None:
+    for kind, layers in (("moe", model.moe_layers()), ("mod", model.mod_layers())):
+        if len(knobs[kind]) != len(layers):
+            raise CheckpointError(
+                f"checkpoint has knobs for {len(knobs[kind])} {kind} layers, model has {len(layers)}"
+            )
+        for layer, values in zip(layers, knobs[kind], strict=True):
+            for name, value in values.items():
+                setattr(layer, name, value)
+
+
+# ------------------------------------------------------------------------------------------------
+# build_*: each component from its config section.
+
+
+def micro_batch_size(train: TrainSection, world_size: int) -> int:
+    """Sequences one rank runs at once; defaults to the whole per-rank batch (no accumulation)."""
+    per_rank = train.batch_size // world_size
+    micro = per_rank if train.micro_batch_size is None else train.micro_batch_size
+    if per_rank % micro:
+        raise ConfigError(
+            f"train.batch_size = {train.batch_size} over {world_size} rank(s) gives {per_rank} "
+            f"sequences per rank, not a multiple of train.micro_batch_size = {micro}"
+        )
+    return micro
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("train.device = 'cuda' but torch sees no CUDA device")
+    return torch.device(name)
+
+
+def build_loader(
+    config: TrainConfig, data: TrainData, split: str, batch_size: int, backend: Backend
+) -> TokenLoader:
+    return TokenLoader(
+        data.dataset,
+        split,
+        batch_size,
+        config.train.seq_len,
+        seed=config.train.seed,
+        rank=backend.rank,
+        world_size=backend.world_size,
+        mode=config.data.mode,
+    )
+
+
+def write_resolved_config(run_dir: Path, config: TrainConfig, resume_step: int | None) -> None:
+    """run_dir/config.toml; a different config left by an earlier run is kept beside it."""
+    path = run_dir / "config.toml"
+    text = to_toml(config)
+    if path.is_file() and path.read_text() != text:
+        path.rename(run_dir / f"config.before-step-{resume_step or 0:06d}.toml")
+    path.write_text(text)
+
+
+def size_run(config: TrainConfig, model_config: ModelConfig) -> None:
+    """train.steps from [plan] (steps_from = tokens_per_param | flops); config: unchanged."""
+    train, plan = config.train, config.plan
+    train.steps = run_steps(
+        plan.steps_from,
+        train.steps,
+        tokens_per_param=plan.tokens_per_param,
+        flops=plan.flops,
+        active_params=count_params(model_config)[1],
+        flops_per_token=flops_per_token(model_config, train.seq_len),
+        batch_size=train.batch_size,
+        seq_len=train.seq_len,
+    )
+
+
+def build_trainer(config: TrainConfig, run_dir: Path) -> Trainer:
+    """Every component, in dependency order; nothing in run_dir changes before the checks pass."""
+    train = config.train
+    device = resolve_device(train.device)
+    precision = build_precision(train.precision, device)
+    backend = build_backend(config.parallel, device, precision)
+    if train.batch_size % backend.world_size:
+        raise ConfigError(
+            f"train.batch_size = {train.batch_size} is not divisible by the world size "
+            f"{backend.world_size}"
+        )
+    data = build_data(config.data)
+    size_run(config, build_model_config(config.model, data.vocab_size, train.seq_len))
+    resume_from = latest_checkpoint(run_dir)
+    # config.toml keeps what the user asked for; the run continues with the orchestrator's changes
+    run_config = with_saved_settings(config, resume_from)
+    model_config: ModelConfig = build_model_config(run_config.model, data.vocab_size, train.seq_len)
+    if resume_from is not None:
+        check_same_model(read_config(resume_from), model_config, resume_from)
+    resume_step = checkpoint_step(resume_from) if resume_from is not None else None
+    if backend.is_main:
+        write_resolved_config(run_dir, config, resume_step)
+    config, train = run_config, run_config.train
+
+    seed_everything(train.seed)
+    raw_model = build_model(model_config, device=device, kernels=config.kernels)
+    model = parallelize(raw_model, train)
+    optimizer = build_optimizer(raw_model, config.optim, device)
+    model, optimizer = backend.wrap(model, optimizer)
+    per_rank = train.batch_size // backend.world_size
+    train_loader = build_loader(config, data, "train", per_rank, backend)
+    # Built once here so a val split too small for one batch fails now, not at the first eval.
+    build_loader(config, data, "val", micro_batch_size(train, backend.world_size), backend)
+    trainer = Trainer(
+        config=config,
+        run_dir=run_dir,
+        model=model,
+        raw_model=raw_model,
+        optimizer=optimizer,
+        backend=backend,
+        precision=precision,
+        schedule=build_lr_schedule(config.optim, train.steps),
+        data=data,
+        train_loader=train_loader,
+        metrics=Metrics(run_dir, train.steps, resume_step or 0, train.log_every, backend.is_main),
+        flops_per_token=flops_per_token(model_config, train.seq_len),
+        peak_flops=peak_flops(device, train.precision),
+    )
+    trainer.orchestrator = Orchestrator(
+        config.orchestrator,
+        run_dir if backend.is_main else None,
+        trainer.metrics.message,
+        trainer.flops_per_token,
+    )
+    trainer.orchestrator.attach(raw_model)
+    trainer.faults = Faults(config.faults)
+    trainer.faults.attach(raw_model)
+    trainer.metrics.message(data.note)
+    total, active = count_params(model_config)
+    trainer.metrics.message(
+        f"model: {config.model.preset} ({model_config.family}), {total:,} parameters, "
+        f"{active:,} active per token; device {device}, precision {train.precision}"
+    )
+    if resume_from is not None:
+        trainer.load(resume_from)
+        trainer.metrics.message(f"resumed from {resume_from} at step {trainer.step}")
+    return trainer

@@ -1,0 +1,106 @@
+"""The orchestrator as a whole: no intervention on a clean run, modes advise and off, and the
+decision history (and every setting it changed) surviving checkpoint and resume, exactly."""
+
+import shutil
+
+import pytest
+import torch
+from ats_train.checkpoint import LATEST, checkpoints_dir
+from ats_train.config import load_config
+from ats_train.orchestrator.decisions import read_decisions
+from safetensors.torch import load_file
+
+
+def test_clean_run_triggers_no_intervention(clean_run) -> None:
+    assert clean_run.decisions == []
+    assert clean_run.trainer.orchestrator.history == []
+    assert clean_run.trainer.orchestrator.lr_scale == 1.0
+    records = clean_run.train_records
+    assert len(records) == 30 and all("param_norm" in r for r in records)
+    assert clean_run.final_val_loss < records[0]["loss"] - 0.8  # it did learn
+
+
+def weights(run) -> dict[str, torch.Tensor]:
+    return load_file(str(run.run_dir / "checkpoints" / "step-000030" / "model.safetensors"))
+
+
+def test_advise_logs_and_changes_nothing(run) -> None:
+    spike = {"faults.grad_spike_at_step": 12, "faults.loss_spike_at_step": 18}
+    advised = run(**spike, **{"orchestrator.mode": "advise"})
+    off = run(**spike, **{"orchestrator.mode": "off"})
+    kinds = {d["kind"] for d in advised.decisions}
+    assert {"grad_clip", "skip_batch"} <= kinds
+    assert all(d["applied"] is False and d["change"] == {} for d in advised.decisions)
+    assert advised.trainer.config.optim.grad_clip == 1.0
+    assert not any(r.get("skipped") for r in advised.train_records)
+    a, b = weights(advised), weights(off)
+    assert all(torch.equal(a[k], b[k]) for k in a)  # bitwise the run without an orchestrator
+    assert read_decisions(off.run_dir) == [] and "param_norm" not in off.train_records[0]
+
+
+def test_off_mode_does_not_recover_from_oom(run) -> None:
+    with pytest.raises(torch.OutOfMemoryError, match="injected out of memory"):
+        run(**{"orchestrator.mode": "off", "faults.oom_at_step": 3})
+
+
+def test_advise_mode_logs_the_oom_and_re_raises(run, tmp_path) -> None:
+    with pytest.raises(torch.OutOfMemoryError):
+        run(**{"orchestrator.mode": "advise", "faults.oom_at_step": 3})
+    (d,) = read_decisions(tmp_path / "run0")
+    assert d["kind"] == "oom" and d["applied"] is False
+
+
+def test_per_kind_switch(run) -> None:
+    r = run(**{"orchestrator.grad_clip.enabled": False, "faults.grad_spike_at_step": 12})
+    assert "grad_clip" not in {d["kind"] for d in r.decisions}
+    assert r.trainer.config.optim.grad_clip == 1.0
+
+
+def deterministic(decisions: list[dict]) -> list[dict]:
+    """Decisions without the wall-clock signals (throughput, process memory)."""
+    wall_clock = ("tokens_per_s", "memory_gb")
+    return [
+        {**d, "signals": {k: v for k, v in d["signals"].items() if k not in wall_clock}}
+        for d in decisions
+    ]
+
+
+def roll_back_to(run_dir, step: int) -> None:
+    """Make run_dir look like a run killed right after checkpointing `step`."""
+    shutil.rmtree(run_dir / "model", ignore_errors=True)  # written by the CLI, not by train()
+    for path in checkpoints_dir(run_dir).glob("step-*"):
+        if int(path.name.split("-")[1]) > step:
+            shutil.rmtree(path)
+    (checkpoints_dir(run_dir) / LATEST).write_text(f"step-{step:06d}\n")
+
+
+@pytest.mark.parametrize(
+    ("faults", "resume_at", "kind"),
+    [
+        ({"faults.grad_spike_at_step": 12}, 20, "grad_clip"),
+        ({"faults.routing_collapse_at_step": 2}, 20, "prune_experts"),
+    ],
+)
+def test_history_and_settings_survive_resume_exactly(run, run_in, faults, resume_at, kind) -> None:
+    """A run stopped after checkpointing step 20 and resumed ends bitwise equal to the
+    uninterrupted one, with the same decisions.jsonl; the settings changed before the stop
+    (grad clip; expert count) are in force after the resume."""
+    extra = {**faults, "checkpoint.every": 5, "checkpoint.keep_last": 10}
+    full = run(**extra)
+    before = [d for d in full.decisions if d["step"] <= resume_at]
+    assert any(d["kind"] == kind for d in before)
+    resumed_dir = full.run_dir.parent / "resumed"
+    shutil.copytree(full.run_dir, resumed_dir)
+    roll_back_to(resumed_dir, resume_at)
+    resumed = run_in(resumed_dir, **extra)
+    assert deterministic(resumed.decisions) == deterministic(full.decisions)
+    assert len(resumed.trainer.orchestrator.history) == len(full.decisions)
+    a, b = weights(full), weights(resumed)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    if kind == "grad_clip":
+        assert resumed.trainer.config.optim.grad_clip == 0.5
+    else:
+        n = resumed.trainer.raw_model.config.moe.n_experts
+        assert n == full.trainer.raw_model.config.moe.n_experts < 8
+    # config.toml keeps what the user asked for
+    assert load_config(resumed_dir / "config.toml").optim.grad_clip == 1.0

@@ -1,0 +1,100 @@
+"""Signals on a synthetic metrics stream, against numpy computed from the same numbers."""
+
+import math
+
+import numpy as np
+import pytest
+from ats_train.orchestrator.signals import Signals, compute_signals
+
+
+def stream(n: int = 12) -> list[dict]:
+    rng = np.random.default_rng(0)
+    records = []
+    for i in range(n):
+        step = i + 1
+        fractions = rng.dirichlet(np.ones(4), size=2)  # (layers, experts)
+        records.append(
+            {
+                "step": step,
+                "loss": 5.0 - 0.1 * step + 0.01 * (-1) ** step,
+                "lr": 1e-3,
+                "grad_norm": 1.0 + 0.1 * i,
+                "tokens": step * 128,
+                "tokens_per_s": 1000.0 + step,
+                "param_norm": 10.0 + 0.5 * i,
+                "update_ratio": 0.01 * step,
+                "memory_gb": 0.5,
+                "moe/expert_fraction": fractions.tolist(),
+                "moe/entropy": [1.0, 1.2],
+                "moe/dropped_fraction": [0.0, 0.1 * step / n],
+                "moe/max_violation": [0.5, 1.5],
+                "moe/router_z": [4.0, 5.0],
+                "mod/selected_fraction": [0.5],
+                "mod/predictor_accuracy": [0.7],
+                "mod/predictor_selected": [0.4],
+            }
+        )
+    return records
+
+
+def test_every_signal_matches_a_numpy_reference() -> None:
+    records = stream()
+    val = [{"step": 5, "val_loss": 4.0}, {"step": 10, "val_loss": 4.4}]
+    s = compute_signals(records, val, flops_per_token=100.0)
+    loss = np.array([r["loss"] for r in records])
+    steps = np.array([r["step"] for r in records], dtype=float)
+    grads = np.array([r["grad_norm"] for r in records])
+    frac = np.mean([r["moe/expert_fraction"] for r in records], axis=0)  # (layers, E)
+    assert s.step == 12 and s.n == 12
+    assert s.loss == loss[-1]
+    assert s.loss_mean == pytest.approx(loss.mean())
+    assert s.loss_std == pytest.approx(loss.std())
+    assert s.loss_trend == pytest.approx(np.polyfit(steps, loss, 1)[0])
+    assert s.loss_rel_change == pytest.approx(loss[6:].mean() / loss[:6].mean() - 1)
+    best3 = min(loss[i : i + 3].mean() for i in range(12 - 4 - 2))
+    assert s.loss_rise == pytest.approx(loss[-4:].mean() / best3 - 1)
+    assert s.loss_zscore == pytest.approx((loss[-1] - loss[:-1].mean()) / loss[:-1].std())
+    assert s.loss_spike_ratio == pytest.approx(loss[-1] / np.median(loss[-6:-1]))
+    assert s.val_loss == 4.4 and s.val_rel_change == pytest.approx(0.1)
+    assert s.grad_norm == grads[-1]
+    assert s.grad_norm_median == pytest.approx(np.median(grads))
+    assert s.grad_spike_ratio == pytest.approx(grads.max() / np.median(grads))
+    assert s.update_ratio == pytest.approx(0.12)
+    assert s.param_norm_growth == pytest.approx(15.5 / 10.0)
+    assert s.lr == 1e-3 and s.loss_scale is None
+    assert s.nonfinite == 0 and s.skipped == 0
+    assert s.tokens_per_s == pytest.approx(1000 + steps.mean())
+    assert s.memory_gb == 0.5
+    assert s.expert_util_min == pytest.approx(frac.min() * 4)
+    assert s.expert_util_max == pytest.approx(frac.max() * 4)
+    assert s.imbalance == pytest.approx(frac.max() * 4 - 1)
+    assert s.max_violation == pytest.approx(1.5)
+    assert s.routing_entropy == pytest.approx(1.0 / math.log(4))
+    assert s.dropped_fraction == pytest.approx(np.mean([0.1 * k / 12 for k in range(1, 13)]))
+    assert s.router_z == pytest.approx(5.0)
+    assert s.mod_selected_fraction == 0.5 and s.mod_predictor_accuracy == pytest.approx(0.7)
+    assert s.mod_predictor_selected == pytest.approx(0.4)
+    assert s.flops == pytest.approx(12 * 128 * 100.0)
+    assert len(Signals.__dataclass_fields__) >= 22  # the issue asks for at least 20 signals
+
+
+def test_nonfinite_skipped_and_missing_families() -> None:
+    records = [
+        {"step": i + 1, "loss": 3.0, "grad_norm": 1.0, "lr": 1e-3, "tokens": 10} for i in range(6)
+    ]
+    records[2]["loss"] = float("nan")
+    records[3]["grad_norm"] = float("inf")
+    records[4]["skipped"] = True
+    records[4]["grad_norm"] = None
+    s = compute_signals(records, [], flops_per_token=1.0)
+    assert s.nonfinite == 2 and s.skipped == 1
+    assert s.loss_mean == 3.0  # NaN excluded
+    assert s.expert_util_min is None and s.routing_entropy is None  # a dense model has no MoE
+    assert s.mod_selected_fraction is None and s.val_loss is None
+
+
+def test_loss_spike_is_measured_against_the_recent_median() -> None:
+    records = [{"step": i + 1, "loss": 4.0, "grad_norm": 1.0, "lr": 1.0} for i in range(10)]
+    records.append({"step": 11, "loss": 6.0, "grad_norm": None, "lr": 1.0})
+    s = compute_signals(records, [], flops_per_token=0.0)
+    assert s.loss_spike_ratio == pytest.approx(1.5)

@@ -1,0 +1,118 @@
+"""TrainConfig: TOML + dotted overrides, typed parsing, nearest-key suggestions, validation."""
+
+from pathlib import Path
+
+import pytest
+from ats_train.config import ConfigError, TrainConfig, load_config, to_toml
+
+
+def test_defaults_round_trip_through_toml(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(to_toml(TrainConfig()))
+    assert load_config(path) == TrainConfig()
+
+
+def test_overrides_are_parsed_by_field_type() -> None:
+    c = load_config(
+        None,
+        [
+            "train.steps=10",
+            "optim.lr=3e-4",
+            "train.compile=true",
+            "optim.betas=[0.8, 0.99]",
+            "data.tokenizer=none",
+            "train.micro_batch_size=4",
+            "data.source=some/file.txt",
+            "kernels=reference",
+        ],
+    )
+    assert c.train.steps == 10 and isinstance(c.train.steps, int)
+    assert c.optim.lr == 3e-4 and isinstance(c.optim.lr, float)
+    assert c.train.compile is True
+    assert c.optim.betas == (0.8, 0.99)
+    assert c.data.tokenizer is None
+    assert c.train.micro_batch_size == 4
+    assert c.data.source == "some/file.txt"
+    assert c.kernels == "reference"
+
+
+def test_overrides_win_over_the_file_and_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / "run.toml"
+    path.write_text(
+        'kernels = "reference"\n[train]\nsteps = 7\nseq_len = 32\n[optim]\nlr = 1\n'
+        '[model]\npreset = "tiny-moe"\nn_layer = 3\n[model.moe]\nn_experts = 4\n'
+    )
+    c = load_config(path, ["train.steps=9", "model.moe.top_k=1"])
+    assert (c.train.steps, c.train.seq_len, c.optim.lr) == (9, 32, 1.0)
+    assert c.kernels == "reference"
+    assert c.model.preset == "tiny-moe"
+    assert c.model.overrides == {"n_layer": 3, "moe.n_experts": 4, "moe.top_k": 1}
+    again = tmp_path / "again.toml"
+    again.write_text(to_toml(c))
+    assert load_config(again) == c
+
+
+@pytest.mark.parametrize(
+    ("override", "suggestion"),
+    [
+        ("train.stesp=3", "train.steps"),
+        ("optim.weight_decy=0.1", "optim.weight_decay"),
+        ("trian.seed=1", "train.seed"),
+        ("model.n_layr=2", "model.n_layer"),
+        ("model.moe.n_expert=2", "model.moe.n_experts"),
+        ("checkpoint.evry=5", "checkpoint.every"),
+    ],
+)
+def test_unknown_key_suggests_the_nearest(override: str, suggestion: str) -> None:
+    with pytest.raises(ConfigError, match=f"did you mean '{suggestion}'"):
+        load_config(None, [override])
+
+
+def test_unknown_key_in_a_file_suggests_the_nearest(tmp_path: Path) -> None:
+    path = tmp_path / "run.toml"
+    path.write_text("[train]\nbatch_sise = 4\n")
+    with pytest.raises(ConfigError, match="train.batch_sise.*did you mean 'train.batch_size'"):
+        load_config(path)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["train.steps=ten"], "train.steps = 'ten' is not a valid int"),
+        (["optim.lr=fast"], "optim.lr = 'fast' is not a valid float"),
+        (["train.compile=maybe"], "train.compile = 'maybe' is not a valid bool"),
+        (["optim.betas=[0.9]"], "expected 2 values"),
+        (["train.precision=fp8"], "train.precision = 'fp8' is not one of fp32, bf16, fp16"),
+        (["train.steps=0"], "train.steps = 0 must be > 0"),
+        (["optim.min_lr=1", "optim.lr=0.1"], "optim.min_lr = 1.0 must be in"),
+        (["train.batch_size=6", "train.micro_batch_size=4"], "not a multiple"),
+        (["optim.schedule=linear"], "optim.schedule = 'linear' is not one of cosine, wsd"),
+        (["parallel.backend=nccl"], "parallel.backend = 'nccl' is not one of single"),
+        (["train.steps"], "not of the form key=value"),
+    ],
+)
+def test_bad_values_name_key_and_value(overrides: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[")):
+        load_config(None, overrides)
+
+
+@pytest.mark.parametrize("backend", ["ddp", "fsdp2", "deepspeed", "colossalai"])
+def test_planned_backends_say_not_implemented(backend: str) -> None:
+    with pytest.raises(ConfigError, match=f"parallel.backend = '{backend}' is not implemented yet"):
+        load_config(None, [f"parallel.backend={backend}"])
+
+
+def test_wrong_type_in_toml_names_the_key(tmp_path: Path) -> None:
+    path = tmp_path / "run.toml"
+    path.write_text('[train]\nsteps = "many"\n')
+    with pytest.raises(ConfigError, match="train.steps = 'many' is not a valid int"):
+        load_config(path)
+
+
+def test_missing_or_invalid_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[train\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(bad)
