@@ -1,0 +1,160 @@
+"""Time to quality: a byte-level model on tinyshakespeare, best val loss within a wall-clock budget.
+
+nanoGPT's shakespeare-char baseline (6 layers, 384 wide, dropout 0.2, 5000 iterations) published a
+best val loss of 1.4697; our goal is <= 1.47 within 40 s of wall time, compile included, and an MoE
+of equal active size reaching a lower val loss in the same time. Data split as nanoGPT does: the
+first 90% of the file trains, the last 10% validates. Bytes are the tokens (vocab 256 + EOS).
+
+    python benchmarks/shakespeare.py --data ../shared/data/tinyshakespeare.txt --runs dense,moe
+
+The clock starts before the trainer is built and includes every evaluation; steps past the budget
+are not run. One JSON line per run, then a summary.
+"""
+
+import argparse
+import json
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from ats_data.shards import ShardWriter, make_index, write_index
+from ats_tokenizer import Tokenizer
+from ats_tokenizer.pretokenize import GPT4_PATTERN
+from ats_train.config import build_config
+from ats_train.trainer import build_trainer
+
+NANOGPT_BEST_VAL = 1.4697
+
+# Equal active size: the MoE's experts each have the dense FFN's width and one expert runs per
+# token (top-1, Switch style), so a token sees the same matmul FLOPs plus a 384 x 8 router.
+MODEL = {
+    "dim": 384,
+    "n_layer": 6,
+    "n_head": 6,
+    "n_kv_head": 6,
+    "head_dim": 64,
+    "ffn_dim": 1024,  # SwiGLU's three matrices hold nanoGPT's 4x GELU MLP parameter count
+    "max_seq_len": 256,
+    "tie_embeddings": True,
+    "dropout": 0.2,
+}
+RUNS = {
+    "dense": {"model.preset": "tiny-dense"},
+    "moe": {"model.preset": "tiny-moe", "model.moe.n_experts": 8, "model.moe.top_k": 1},
+}
+
+
+def byte_tokenizer() -> Tokenizer:
+    return Tokenizer(list(range(256)), [], {"<|endoftext|>": 256}, GPT4_PATTERN)
+
+
+def prepare(text_path: Path, out: Path) -> Path:
+    """Shards in the ats-data format: train = first 90% of the bytes, val = the last 10%."""
+    data = np.frombuffer(text_path.read_bytes(), dtype=np.uint8).astype(np.uint16)
+    n_train = int(0.9 * len(data))
+    tokenizer = byte_tokenizer()
+    out.mkdir(parents=True)
+    tokenizer.save(out / "tokenizer.json")
+    shards = {}
+    for split, tokens in (("train", data[:n_train]), ("val", data[n_train:])):
+        writer = ShardWriter(out, split, "uint16", max_shard_tokens=1 << 30)
+        writer.add(np.append(tokens, np.uint16(tokenizer.eos_id)))  # one document, EOS-terminated
+        shards[split] = writer.close()
+    index = make_index(
+        tokenizer_sha256=tokenizer.sha256(),
+        vocab_size=tokenizer.vocab_size,
+        eos_id=tokenizer.eos_id,
+        dtype_name="uint16",
+        shards=shards,
+        source=str(text_path),
+        cache_key="tinyshakespeare-nanogpt-split",
+        config={},
+        stats={},
+    )
+    write_index(out, index)
+    return out
+
+
+def run(name: str, data_dir: Path, args: argparse.Namespace, run_dir: Path) -> dict:
+    flat = {
+        "data.source": str(data_dir),
+        "train.steps": args.steps,
+        "train.batch_size": args.batch_size,
+        "train.seq_len": 256,
+        "train.precision": "bf16",
+        "train.compile": args.compile,
+        "train.device": args.device,
+        "train.eval_batches": args.eval_batches,
+        "train.log_every": 100,
+        "optim.lr": args.lr,
+        "optim.min_lr": args.lr / 10,
+        "optim.warmup_steps": 100,
+        "optim.weight_decay": 0.1,
+        "optim.betas": [0.9, 0.99],
+        "checkpoint.every": 0,
+        **{f"model.{k}": v for k, v in MODEL.items()},
+        **RUNS[name],
+    }
+    run_dir.mkdir(parents=True)
+    start = time.perf_counter()
+    trainer = build_trainer(build_config(flat), run_dir)
+    evals = []
+    while trainer.step < args.steps and time.perf_counter() - start < args.seconds:
+        trainer.train_step()
+        if trainer.step % args.eval_every == 0 or trainer.step == args.steps:
+            evals.append((round(time.perf_counter() - start, 2), trainer.step, trainer.evaluate()))
+    elapsed = time.perf_counter() - start
+    in_budget = [v for t, _, v in evals if t <= args.seconds]
+    best = min(in_budget) if in_budget else float("nan")
+    return {
+        "name": f"shakespeare_{name}_best_val_loss_{args.seconds:g}s",
+        "ours": round(best, 4),
+        "baseline": NANOGPT_BEST_VAL,
+        "ratio": round(best / NANOGPT_BEST_VAL, 4),
+        "hardware": f"{device_name(args.device)}; torch {torch.__version__}",
+        "unit": "val loss (nats/byte)",
+        "steps": trainer.step,
+        "wall_s": round(elapsed, 1),
+        "evals": evals,
+        "config": {k: v for k, v in flat.items() if k != "data.source"},
+        "host": platform.node(),
+    }
+
+
+def device_name(device: str) -> str:
+    return torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=Path("../shared/data/tinyshakespeare.txt"))
+    parser.add_argument("--runs", default="dense,moe", help=f"comma list of {sorted(RUNS)}")
+    parser.add_argument("--seconds", type=float, default=40.0)
+    parser.add_argument("--steps", type=int, default=1150, help="schedule length (cosine)")
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--lr", type=float, default=2e-3)
+    parser.add_argument("--eval-every", type=int, default=100)
+    parser.add_argument("--eval-batches", type=int, default=10)
+    parser.add_argument("--compile", action="store_true")
+    parser.add_argument("--device", default="cuda", help="cpu only for a smoke run of the script")
+    args = parser.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("shakespeare.py: needs a CUDA device (the goal is set on an H200)")
+    if not args.data.is_file():
+        raise SystemExit(f"shakespeare.py: {args.data} not found (pass --data)")
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        data_dir = prepare(args.data, Path(tmp) / "data")
+        for name in args.runs.split(","):
+            result = run(name, data_dir, args, Path(tmp) / f"run-{name}")
+            print(json.dumps(result), flush=True)
+            results.append(result)
+    for r in results:
+        print(f"{r['name']:45s} best {r['ours']:.4f}  steps {r['steps']}  wall {r['wall_s']} s")
+
+
+if __name__ == "__main__":
+    main()
