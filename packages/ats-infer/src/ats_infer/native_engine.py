@@ -8,6 +8,7 @@ import ats_native
 from ats_tokenizer import Tokenizer
 
 from ats_infer.tensor_files import TOKENIZER_FILE
+from ats_infer.text_stream import encode_prompt, stream_text
 
 
 class NativeEngine:
@@ -32,12 +33,7 @@ class NativeEngine:
         stop: list[str] = (),
     ) -> Iterator[str]:
         """Yield text pieces as the runtime yields tokens; stops at <|endoftext|> or a stop string."""
-        ids = self.tokenizer.encode(prompt)
-        if not ids:
-            raise ValueError("the prompt is empty after tokenization")
-        vocab = self.model.vocab_size
-        if max(ids) >= vocab:
-            raise ValueError(f"prompt token id {max(ids)} is out of the model's vocab ({vocab})")
+        ids = encode_prompt(self.tokenizer, prompt, self.model.vocab_size)
         eos = self.tokenizer.eos_id
         tokens = self.model.generate(
             ids,
@@ -48,19 +44,4 @@ class NativeEngine:
             seed=0 if seed is None else seed,
             stop_tokens=(eos,),
         )
-        decoder = self.tokenizer.stream_decoder()
-        text = ""
-        for token in tokens:
-            if token == eos:
-                break
-            if token >= self.tokenizer.vocab_size:  # a padding row of the model's vocabulary
-                raise ValueError(
-                    f"the model generated token id {token}, which tokenizer.json "
-                    f"({self.tokenizer.vocab_size} ids) does not have"
-                )
-            piece = decoder.push(token)
-            text += piece
-            yield piece
-            if any(s in text for s in stop):
-                return
-        yield decoder.finish()
+        yield from stream_text(self.tokenizer, tokens, stop)

@@ -7,6 +7,8 @@ import torch
 from ats_model import generate, load_pretrained
 from ats_tokenizer import Tokenizer
 
+from ats_infer.text_stream import encode_prompt, stream_text
+
 
 class TorchEngine:
     def __init__(self, model_dir: Path, device: str = "cpu", threads: int = 0) -> None:
@@ -34,12 +36,7 @@ class TorchEngine:
         stop: list[str] = (),
     ) -> Iterator[str]:
         """Yield text pieces as tokens come; never splits a UTF-8 character."""
-        ids = self.tokenizer.encode(prompt)
-        if not ids:
-            raise ValueError("the prompt is empty after tokenization")
-        vocab = self.model.config.vocab_size
-        if max(ids) >= vocab:
-            raise ValueError(f"prompt token id {max(ids)} is out of the model's vocab ({vocab})")
+        ids = encode_prompt(self.tokenizer, prompt, self.model.config.vocab_size)
         idx = torch.tensor([ids], dtype=torch.long, device=self.device)
         out = generate(
             self.model,
@@ -51,19 +48,4 @@ class TorchEngine:
             seed=seed,
             stop_tokens=[self.tokenizer.eos_id],
         )
-        decoder = self.tokenizer.stream_decoder()
-        text = ""
-        for token in out[0, len(ids) :].tolist():
-            if token == self.tokenizer.eos_id:
-                break
-            if token >= self.tokenizer.vocab_size:  # a padding row of the model's vocabulary
-                raise ValueError(
-                    f"the model generated token id {token}, which tokenizer.json "
-                    f"({self.tokenizer.vocab_size} ids) does not have"
-                )
-            piece = decoder.push(token)
-            text += piece
-            yield piece
-            if any(s in text for s in stop):
-                return
-        yield decoder.finish()
+        yield from stream_text(self.tokenizer, out[0, len(ids) :].tolist(), stop)
