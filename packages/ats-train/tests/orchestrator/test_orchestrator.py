@@ -104,3 +104,22 @@ def test_history_and_settings_survive_resume_exactly(run, run_in, faults, resume
         assert n == full.trainer.raw_model.config.moe.n_experts < 8
     # config.toml keeps what the user asked for
     assert load_config(resumed_dir / "config.toml").optim.grad_clip == 1.0
+
+
+def test_repeated_advice_is_shown_once_and_logged_always(tmp_path) -> None:
+    from ats_train.orchestrator.decisions import DecisionLog
+
+    shown: list[str] = []
+    log = DecisionLog(tmp_path, shown.append)
+
+    def decision(step: int, kind: str, applied: bool) -> dict:
+        return {"step": step, "kind": kind, "applied": applied, "reason": "r",
+                "confidence": 1.0, "action": "a", "change": {}}  # fmt: skip
+
+    for step in (10, 20, 30):
+        log.write(decision(step, "early_stop", applied=False))
+    log.write(decision(40, "lr_cut", applied=True))
+    log.write(decision(50, "lr_cut", applied=True))
+    assert [d["step"] for d in read_decisions(tmp_path)] == [10, 20, 30, 40, 50]
+    assert len(shown) == 3 and "step 10: early_stop" in shown[0]
+    assert "step 40: lr_cut" in shown[1] and "step 50: lr_cut" in shown[2]

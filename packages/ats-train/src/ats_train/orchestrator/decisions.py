@@ -36,12 +36,18 @@ class DecisionLog:
     def __init__(self, run_dir: Path | None, show: Callable[[str], None] | None) -> None:
         self.path = None if run_dir is None else Path(run_dir) / DECISIONS_FILE
         self.show = show
+        self._advised: set[str] = set()  # kinds whose advice the display already showed
 
     def write(self, decision: dict[str, Any]) -> None:
         if self.path is not None:
             with open(self.path, "a") as f:
                 f.write(json.dumps(decision) + "\n")
-        if self.show is not None:
+        # advice repeats every cooldown while its condition holds (nothing acts on it): the
+        # display shows a kind's first advice, the file keeps every one
+        repeat = not decision["applied"] and decision["kind"] in self._advised
+        if not decision["applied"]:
+            self._advised.add(decision["kind"])
+        if self.show is not None and not repeat:
             self.show(describe(decision))
 
     def rewrite(self, history: list[dict[str, Any]]) -> None:
