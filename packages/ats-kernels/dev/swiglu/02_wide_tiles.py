@@ -1,4 +1,4 @@
-"""02_wide_tiles: the promoted SwiGLU (a copy of ats_kernels/triton/swiglu.py).
+"""02_wide_tiles: promoted first, replaced in src by 03 after the H200 ladder (NOTES.md).
 
 8192-element (rows x columns) tiles at 16 warps: 8192 programs instead of 65536, two 16-byte loads
 per tensor per thread; sigmoid through an approximate division (div.full) instead of IEEE div.
