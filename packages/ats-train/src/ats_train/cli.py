@@ -70,10 +70,15 @@ def train(args: argparse.Namespace) -> None:
     finally:
         trainer.metrics.close()
     model_dir = trainer.export()
+    # every rank samples (an fsdp2 forward is a collective); rank 0 prints
+    sample = trainer.sample() if config.train.sample_tokens else None
+    trainer.backend.close()
+    if not trainer.backend.is_main:
+        return
     console = trainer.metrics.console
-    if config.train.sample_tokens:
+    if sample is not None:
         console.print(f"[bold]sample[/bold] (prompt {config.train.sample_prompt!r}):")
-        console.print(trainer.sample(), markup=False)
+        console.print(sample, markup=False)
     console.print(f"model directory: {model_dir}")
     console.print(f"run dir: {run_dir} ({time.perf_counter() - t0:.0f} s)")
 

@@ -24,8 +24,8 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 SCHEDULES = ("cosine", "wsd")
 DEVICES = ("auto", "cpu", "cuda")
 LOADER_MODES = ("random", "packed")
-BACKENDS_IMPLEMENTED = ("single",)
-BACKENDS_PLANNED = ("ddp", "fsdp2", "deepspeed", "colossalai")
+BACKENDS_IMPLEMENTED = ("single", "ddp", "fsdp2")  # ddp and fsdp2 run under torchrun
+BACKENDS_PLANNED = ("deepspeed", "colossalai")
 KERNELS = ("auto", "reference", "triton", "cuda")
 
 
@@ -173,6 +173,7 @@ class CheckpointSection:
 @dataclass
 class ParallelSection:
     backend: str = "single"
+    cpu_offload: bool = False  # fsdp2 only: parameters, gradients and optimizer state on the CPU
 
     def __post_init__(self) -> None:
         if self.backend in BACKENDS_PLANNED:
@@ -181,6 +182,10 @@ class ParallelSection:
                 f"(implemented: {', '.join(BACKENDS_IMPLEMENTED)})"
             )
         _choice("parallel.backend", self.backend, BACKENDS_IMPLEMENTED)
+        _require(
+            not self.cpu_offload or self.backend == "fsdp2",
+            f"parallel.cpu_offload = true needs parallel.backend = 'fsdp2', not {self.backend!r}",
+        )
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """Training wrappers applied from outside the model, in one fixed order: activation checkpointing,
-then torch.compile (then, in issue 6, sharding). The model stays single-device math.
+then torch.compile, then sharding, which the backend's wrap() does right after (fully_shard per
+block then the root for fsdp2, DistributedDataParallel for ddp). The model stays single-device math.
 
-Both are applied in place, so parameter names and the saved state dict do not change.
+All are applied in place, so parameter names and the saved state dict do not change.
 """
 
 from __future__ import annotations

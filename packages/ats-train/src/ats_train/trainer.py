@@ -23,7 +23,6 @@ from ats_model import (
     count_params,
     flops_per_token,
     generate,
-    save_pretrained,
 )
 from ats_model.serialization.model_dir import read_config
 from torch import nn
@@ -32,10 +31,12 @@ from ats_train.backends import Backend, build_backend
 from ats_train.checkpoint import (
     CheckpointError,
     checkpoint_step,
+    checkpoints_dir,
     latest_checkpoint,
     load_tree,
     save_checkpoint,
     save_tree,
+    step_dir_name,
 )
 from ats_train.config import ConfigError, TrainConfig, TrainSection, to_toml
 from ats_train.data import TrainData, build_data
@@ -43,6 +44,7 @@ from ats_train.lr import LRSchedule, build_lr_schedule
 from ats_train.metrics import Metrics, stats_record
 from ats_train.mfu import mfu, peak_flops
 from ats_train.model import build_model_config, check_same_model
+from ats_train.model_state import write_model_dir
 from ats_train.optim import build_optimizer
 from ats_train.orchestrator.chinchilla import run_steps
 from ats_train.orchestrator.faults import Faults
@@ -210,15 +212,22 @@ class Trainer:
 
     # ---- checkpoints ---------------------------------------------------------------------------
     def save(self) -> Path:
-        def write(directory: Path) -> None:
-            self.backend.save_model(self.raw_model, directory, self.data.tokenizer_path)
-            state_dir = directory / "trainer_state"
-            state_dir.mkdir()
-            save_tree(state_dir, "optimizer", self.backend.optimizer_state(self.optimizer))
-            save_tree(state_dir, "state", self.trainer_state())
+        # Every rank gathers (for fsdp2 a collective); the main rank writes; the others wait.
+        model_state = self.backend.model_state(self.raw_model)
+        optimizer_state = self.backend.optimizer_state(self.optimizer)
+        path = checkpoints_dir(self.run_dir) / step_dir_name(self.step)
+        if self.backend.is_main:
 
-        path = save_checkpoint(self.run_dir, self.step, write, self.config.checkpoint.keep_last)
-        self.metrics.message(f"saved checkpoint {path}")
+            def write(directory: Path) -> None:
+                write_model_dir(self.raw_model, model_state, directory, self.data.tokenizer_path)
+                state_dir = directory / "trainer_state"
+                state_dir.mkdir()
+                save_tree(state_dir, "optimizer", optimizer_state)
+                save_tree(state_dir, "state", self.trainer_state())
+
+            path = save_checkpoint(self.run_dir, self.step, write, self.config.checkpoint.keep_last)
+            self.metrics.message(f"saved checkpoint {path}")
+        self.backend.barrier()
         return path
 
     def trainer_state(self) -> dict[str, Any]:
@@ -254,7 +263,12 @@ class Trainer:
     # ---- the end of a run ----------------------------------------------------------------------
     def export(self) -> Path:
         """The final model directory, run_dir/model (what ats-infer and HF export read)."""
-        return save_pretrained(self.raw_model, self.run_dir / "model", self.data.tokenizer_path)
+        model_state = self.backend.model_state(self.raw_model)
+        path = self.run_dir / "model"
+        if self.backend.is_main:
+            write_model_dir(self.raw_model, model_state, path, self.data.tokenizer_path)
+        self.backend.barrier()
+        return path
 
     @torch.no_grad()
     def sample(self) -> str:
@@ -416,10 +430,11 @@ def build_trainer(config: TrainConfig, run_dir: Path) -> Trainer:
     config, train = run_config, run_config.train
 
     seed_everything(train.seed)
+    device = backend.device  # this rank's: cuda:LOCAL_RANK under torchrun
     raw_model = build_model(model_config, device=device, kernels=config.kernels)
     model = parallelize(raw_model, train)
     optimizer = build_optimizer(raw_model, config.optim, device)
-    model, optimizer = backend.wrap(model, optimizer)
+    model, optimizer = backend.wrap(model, optimizer)  # then sharding (fsdp2), after parallelize
     per_rank = train.batch_size // backend.world_size
     train_loader = build_loader(config, data, "train", per_rank, backend)
     # Built once here so a val split too small for one batch fails now, not at the first eval.

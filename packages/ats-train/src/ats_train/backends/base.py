@@ -46,13 +46,20 @@ class Backend(Protocol):
 
     def load_state(self, state: dict[str, object]) -> None: ...
 
-    def save_model(self, model: nn.Module, directory: Path, tokenizer_json: Path | None) -> None:
-        """Write the model directory (config.json, model.safetensors, tokenizer.json)."""
+    def model_state(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        """The plain model's full, unsharded state dict, for ats_train.model_state to write.
+
+        Called on every rank (FSDP2 gathers shards, a collective); complete on the main rank."""
         ...
 
-    def load_model(self, model: nn.Module, directory: Path) -> None: ...
+    def load_model(self, model: nn.Module, directory: Path) -> None:
+        """Load a model directory written from any backend and world size."""
+        ...
 
-    def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, object]: ...
+    def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, object]:
+        """torch.optim's own state_dict layout (integer parameter ids), full and unsharded, so a
+        checkpoint resumes on any backend and world size. Called on every rank."""
+        ...
 
     def load_optimizer_state(
         self, optimizer: torch.optim.Optimizer, state: dict[str, object]
@@ -60,4 +67,12 @@ class Backend(Protocol):
 
     def all_reduce_mean(self, value: float) -> float:
         """Mean of a scalar over ranks (metrics only)."""
+        ...
+
+    def barrier(self) -> None:
+        """Wait for every rank (after the main rank wrote a checkpoint)."""
+        ...
+
+    def close(self) -> None:
+        """End of the run, on every rank: leave the process group."""
         ...

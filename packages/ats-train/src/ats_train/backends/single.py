@@ -6,11 +6,9 @@ import math
 from pathlib import Path
 
 import torch
-from ats_model import save_pretrained
-from ats_model.serialization.model_dir import check_tensors
-from ats_model.serialization.safetensors_io import load_tensors, read_tensor_infos
 from torch import nn
 
+from ats_train.model_state import read_model_state
 from ats_train.precision import Precision
 
 
@@ -76,14 +74,11 @@ class SingleBackend:
         if scaler is not None:
             scaler.load_state_dict(saved)
 
-    def save_model(self, model: nn.Module, directory: Path, tokenizer_json: Path | None) -> None:
-        save_pretrained(model, directory, tokenizer_json=tokenizer_json)
+    def model_state(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        return dict(model.state_dict())
 
     def load_model(self, model: nn.Module, directory: Path) -> None:
-        infos, _, source = read_tensor_infos(directory)
-        expected = dict(model.state_dict())
-        check_tensors(infos, expected, source, "this run's model")
-        model.load_state_dict(load_tensors(directory, infos), strict=True)
+        model.load_state_dict(read_model_state(dict(model.state_dict()), directory), strict=True)
 
     def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, object]:
         return optimizer.state_dict()
@@ -95,3 +90,9 @@ class SingleBackend:
 
     def all_reduce_mean(self, value: float) -> float:
         return value
+
+    def barrier(self) -> None:
+        return None
+
+    def close(self) -> None:
+        return None

@@ -1,0 +1,162 @@
+"""`fsdp2`: torch.distributed.fsdp.fully_shard (FSDP2): parameters, gradients and optimizer state
+sharded over ranks, the whole model as one all-gather / reduce-scatter unit (the root).
+
+Not per block yet (torchtitan's layout): ats_model's blocks append their MoE/MoD records to the
+Context they receive, and FSDP2's pre-forward hook rebuilds dataclass arguments that hold tensors
+requiring grad, so from the second MoE layer on the records (and their aux losses) would be lost
+(measured: moe_lb halved). Per-block units need the blocks to return their records. Optional MixedPrecisionPolicy (train.precision = bf16:
+bf16 parameters in compute, fp32 gradient reduction) and CPUOffloadPolicy (parallel.cpu_offload).
+Checkpoints are gathered with torch.distributed.checkpoint's state-dict API (full_state_dict,
+cpu_offload) and written by rank 0 in the single backend's format, so they resume on any world
+size and the model directory is a plain ATS model directory.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
+
+from ats_train.backends.process_group import (
+    all_reduce_mean,
+    average_expert_biases,
+    join_process_group,
+    leave_process_group,
+)
+from ats_train.config import ConfigError
+from ats_train.model_state import read_model_state
+from ats_train.precision import Precision
+
+GATHER = StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+
+class FSDP2Backend:
+    name = "fsdp2"
+
+    def __init__(self, device: torch.device, precision: Precision, cpu_offload: bool) -> None:
+        if precision.scaler is not None:
+            raise ValueError(
+                "parallel.backend = 'fsdp2' with train.precision = 'fp16' is not supported: "
+                "use bf16 (MixedPrecisionPolicy) or fp32"
+            )
+        if cpu_offload and device.type != "cuda":
+            raise ConfigError(
+                f"parallel.cpu_offload = true needs train.device = 'cuda', not {device.type!r}: "
+                "FSDP2 offloads GPU state to pinned CPU memory"
+            )
+        info = join_process_group(self.name, device)
+        self.device, self.precision, self.cpu_offload = info.device, precision, cpu_offload
+        self.rank, self.world_size = info.rank, info.world_size
+        self._model: nn.Module | None = None
+        self._group_names: list[list[str]] = []  # parameter names in optimizer order, per group
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def wrap(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer
+    ) -> tuple[nn.Module, torch.optim.Optimizer]:
+        names = {id(p): n for n, p in model.named_parameters()}
+        self._group_names = [[names[id(p)] for p in g["params"]] for g in optimizer.param_groups]
+        shard_options: dict[str, object] = {}
+        if self.precision.name == "bf16":
+            shard_options["mp_policy"] = MixedPrecisionPolicy(
+                param_dtype=torch.bfloat16, reduce_dtype=torch.float32
+            )
+        if self.cpu_offload:
+            shard_options["offload_policy"] = CPUOffloadPolicy()
+        fully_shard(model, **shard_options)
+        self._model = model
+        # fully_shard replaced every parameter by a sharded DTensor parameter of the same name;
+        # the optimizer (built before sharding, no state yet) is pointed at those.
+        if optimizer.state:
+            raise RuntimeError("fsdp2 wrap() needs an optimizer that has not stepped yet")
+        params = dict(model.named_parameters())
+        for group, group_names in zip(optimizer.param_groups, self._group_names, strict=True):
+            group["params"] = [params[n] for n in group_names]
+        return model, optimizer
+
+    def backward(self, loss: torch.Tensor, *, last_micro_batch: bool) -> None:
+        # FSDP2 reduce-scatters every micro-batch by default; skipping it until the last one
+        # (set_requires_gradient_sync) would keep unsharded gradients, trading memory for traffic.
+        loss.backward()
+
+    def step(self, optimizer: torch.optim.Optimizer, grad_clip: float) -> tuple[float, bool]:
+        params = [p for p in self._model.parameters() if p.requires_grad]
+        max_norm = grad_clip if grad_clip > 0 else math.inf
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        if isinstance(norm, DTensor):
+            norm = norm.full_tensor()
+        grad_norm = float(norm)
+        stepped = math.isfinite(grad_norm)  # the same on every rank: the norm is reduced
+        if stepped:
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        average_expert_biases(self._model)
+        return grad_norm, stepped
+
+    def state(self) -> dict[str, object]:
+        return {"scaler": None}
+
+    def load_state(self, state: dict[str, object]) -> None:
+        if state["scaler"] is not None:
+            raise ValueError(
+                "checkpoint was written with an fp16 loss scaler; fsdp2 runs fp32 or bf16"
+            )
+
+    def model_state(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        return get_model_state_dict(model, options=GATHER)
+
+    def load_model(self, model: nn.Module, directory: Path) -> None:
+        state = read_model_state(dict(model.state_dict()), directory)
+        set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True))
+
+    def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, object]:
+        """Full optimizer state keyed like torch.optim's own state_dict (integer ids in optimizer
+        order), i.e. the single and ddp backends' format; complete on rank 0, empty elsewhere."""
+        full = get_optimizer_state_dict(self._model, optimizer, options=GATHER)
+        if not self.is_main:
+            return {}
+        ids = {n: i for i, n in enumerate(n for names in self._group_names for n in names)}
+        return {
+            "state": {ids[n]: v for n, v in full["state"].items()},
+            "param_groups": [
+                {**g, "params": [ids[n] for n in g["params"]]} for g in full["param_groups"]
+            ],
+        }
+
+    def load_optimizer_state(
+        self, optimizer: torch.optim.Optimizer, state: dict[str, object]
+    ) -> None:
+        names = [n for group in self._group_names for n in group]
+        by_name = {
+            "state": {names[i]: v for i, v in state["state"].items()},
+            "param_groups": [
+                {**g, "params": [names[i] for i in g["params"]]} for g in state["param_groups"]
+            ],
+        }
+        set_optimizer_state_dict(
+            self._model, optimizer, by_name, options=StateDictOptions(full_state_dict=True)
+        )
+
+    def all_reduce_mean(self, value: float) -> float:
+        return all_reduce_mean(value, self.device)
+
+    def barrier(self) -> None:
+        dist.barrier()
+
+    def close(self) -> None:
+        leave_process_group()

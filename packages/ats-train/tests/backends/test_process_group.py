@@ -1,0 +1,45 @@
+"""Bad launches of ddp and fsdp2: outside torchrun (a clear error naming the missing variables,
+exit status 2), CPU offload without a GPU."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from ats_train.backends import build_backend
+from ats_train.backends.process_group import TORCHRUN_ENV
+from ats_train.config import ConfigError, ParallelSection
+from ats_train.precision import build_precision
+
+
+@pytest.mark.parametrize("backend", ["ddp", "fsdp2"])
+def test_without_torchrun_env_names_what_is_missing(
+    backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key in TORCHRUN_ENV:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("RANK", "0")
+    cpu = torch.device("cpu")
+    with pytest.raises(ConfigError, match="WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT not"):
+        build_backend(ParallelSection(backend=backend), cpu, build_precision("fp32", cpu))
+
+
+def test_cli_without_torchrun_exits_2_with_one_line(overrides, tmp_path) -> None:  # noqa: ANN001
+    env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_ENV}
+    args = ["--run-dir", str(tmp_path), *overrides(parallel__backend="ddp")]
+    proc = subprocess.run(
+        [sys.executable, "-m", "ats_train.cli", *args], env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("ats-train train: error: parallel.backend = 'ddp' needs")
+    assert proc.stderr.count("\n") == 1
+
+
+def test_fsdp2_cpu_offload_on_cpu_is_refused() -> None:
+    cpu = torch.device("cpu")
+    parallel = ParallelSection(backend="fsdp2", cpu_offload=True)
+    with pytest.raises(
+        ConfigError, match="parallel.cpu_offload = true needs train.device = 'cuda'"
+    ):
+        build_backend(parallel, cpu, build_precision("fp32", cpu))
