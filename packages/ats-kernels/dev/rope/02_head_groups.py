@@ -1,4 +1,4 @@
-"""02_head_groups: the promoted RoPE (a copy of ats_kernels/triton/rope.py).
+"""02_head_groups: the RoPE in src until 03_model_layout (same kernel, outputs in the inputs' layout).
 
 Program = (32 positions, batch, 8 heads of q or k): each head is one contiguous 8 KiB slab
 (32 x 128 bf16), 16-byte loads, 59 registers at 8 warps; fp32 cos/sin tiles come from L2 once per

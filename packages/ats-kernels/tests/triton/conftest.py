@@ -10,6 +10,9 @@ this folder again in a fresh process with the variable set.
 import importlib
 import importlib.util
 import os
+import re
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -85,3 +88,27 @@ def close():
 def interpreter_ready() -> bool:
     """Whether the CPU cases could run in this process (see the module docstring)."""
     return INTERPRETER_READY
+
+
+def _expect_input_error(device: str, match: str, code: str) -> None:
+    """Run `code` (a statement defining nothing, using `torch` and `device`) and expect a bad-input
+    error whose message matches `match`.
+
+    Checks that would stall the stream are device-side asserts on CUDA (launch.check_on_device):
+    they poison the CUDA context, so the cuda case runs in a fresh process that must die with the
+    message; on CPU the same call raises ValueError here.
+    """
+    if device == "cpu":
+        with pytest.raises(ValueError, match=match):
+            exec(code, {"torch": torch, "device": device})
+        return
+    program = f"import torch\ndevice = {device!r}\n{code}\ntorch.cuda.synchronize()\n"
+    run = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
+    assert run.returncode != 0, "the bad input was accepted"
+    assert re.search(match, run.stderr), run.stderr[-2000:]
+
+
+@pytest.fixture
+def expect_input_error():
+    """_expect_input_error above, as a fixture."""
+    return _expect_input_error

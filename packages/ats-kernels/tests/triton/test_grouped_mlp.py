@@ -43,18 +43,18 @@ def test_grouped_mlp_matches_reference(device: str, dtype: torch.dtype, gemm: st
         close(a, b, name, tol=tol)
 
 
-def test_grouped_mlp_rejects_bad_counts(device: str) -> None:
+def test_grouped_mlp_rejects_bad_counts(device: str, expect_input_error) -> None:
     from ats_kernels.triton import grouped_mlp
 
     w = torch.randn(2, 8, 16, device=device)
-    with pytest.raises(ValueError, match="sums to 5, x_sorted has 6 rows"):
-        grouped_mlp(
-            torch.randn(6, 16, device=device),
-            torch.tensor([2, 3], device=device),
-            w,
-            w,
-            w.transpose(1, 2),
-        )
+    expect_input_error(
+        device,
+        "tokens_per_expert does not sum to x_sorted's 6 rows",
+        "from ats_kernels.triton import grouped_mlp\n"
+        "w = torch.randn(2, 8, 16, device=device)\n"
+        "grouped_mlp(torch.randn(6, 16, device=device), torch.tensor([2, 3], device=device),"
+        " w, w, w.transpose(1, 2))",
+    )
     with pytest.raises(ValueError, match="gemm = 'cuda'"):
         grouped_mlp(
             torch.randn(5, 16, device=device),
@@ -64,3 +64,24 @@ def test_grouped_mlp_rejects_bad_counts(device: str) -> None:
             w.transpose(1, 2),
             gemm="cuda",
         )
+
+
+def test_grouped_mlp_under_autocast_matches_reference(device: str, close) -> None:
+    """fp32 master weights under bf16 autocast: GEMMs in bf16 like the reference's matmuls, bf16
+    output, fp32 weight gradients (the bug this guards: fp32 IEEE GEMMs in bf16 training)."""
+    from ats_kernels.triton import grouped_mlp
+
+    g = torch.Generator(device=device).manual_seed(3)
+    counts, params = _case(device, g, torch.float32)
+    x, w1, w3, w2 = params
+    with torch.autocast(device, dtype=torch.bfloat16):
+        y = grouped_mlp(x, counts, w1, w3, w2)
+        y_ref = ref_grouped_mlp(x, counts, w1, w3, w2)
+    assert y.dtype == y_ref.dtype == torch.bfloat16
+    close(y, y_ref, "y")
+    dy = torch.randn(y.shape, generator=g, device=device).to(y.dtype)
+    grads = torch.autograd.grad(y, params, dy)
+    grads_ref = torch.autograd.grad(y_ref, params, dy)
+    for name, a, b in zip(("dx", "dw1", "dw3", "dw2"), grads, grads_ref, strict=True):
+        assert a.dtype == torch.float32, name
+        close(a, b, name, tol=2e-2)

@@ -41,7 +41,7 @@ def test_permute_unpermute_match_reference(
     close(grads[1], grads_ref[1], "dweights")
 
 
-def test_permute_empty_experts_and_bad_index(device: str) -> None:
+def test_permute_empty_experts_and_bad_index(device: str, expect_input_error) -> None:
     from ats_kernels.triton import moe_permute
 
     idx = torch.tensor([[3, 0], [3, 0], [0, 3]], device=device)  # experts 1, 2 get nothing
@@ -53,5 +53,10 @@ def test_permute_empty_experts_and_bad_index(device: str) -> None:
         and torch.equal(order, order_ref)
         and torch.equal(xs, xs_ref)
     )
-    with pytest.raises(ValueError, match="outside \\[0, n_experts = 3\\)"):
-        moe_permute(x, idx, 3)
+    expect_input_error(
+        device,
+        "outside \\[0, n_experts = 3\\)",
+        "from ats_kernels.triton import moe_permute\n"
+        "idx = torch.tensor([[3, 0], [3, 0], [0, 3]], device=device)\n"
+        "moe_permute(torch.arange(6.0, device=device).reshape(3, 2), idx, 3)",
+    )

@@ -11,6 +11,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ats_kernels.triton.launch import check_on_device
+
 _IO_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 BLOCK_V = 4096
 CHUNK_BYTES = 1 << 27  # auto chunk: the largest power-of-two rows whose logits fit in 128 MiB
@@ -57,8 +59,14 @@ def _ce_kernel(
 def _check_targets(targets: torch.Tensor, n_rows: int, V: int, ignore_index: int, op: str) -> None:
     if targets.shape != (n_rows,):
         raise ValueError(f"{op}: targets shape {tuple(targets.shape)} != ({n_rows},)")
+    # an out-of-range target would read out of bounds
     bad = ((targets < 0) | (targets >= V)) & (targets != ignore_index)
-    if bool(bad.any()):  # one host sync per call; an out-of-range target would read out of bounds
+    if targets.is_cuda:  # checked on the device: no stream sync (and CUDA-graph capturable)
+        check_on_device(
+            ~bad.any(),
+            f"{op}: a target is outside [0, {V}) and is not ignore_index = {ignore_index}",
+        )
+    elif bool(bad.any()):
         first = int(targets[bad][0])
         raise ValueError(
             f"{op}: target {first} is outside [0, {V}) and is not ignore_index = {ignore_index}"

@@ -8,6 +8,7 @@ dh = dy @ w2[e]; dx = da @ w1[e] + db @ w3[e]; dw1 = da.T @ x, dw3 = db.T @ x, d
 import torch
 
 from ats_kernels.triton.grouped_gemm import gmm, gmm_wgrad, torch_grouped_mm_usable
+from ats_kernels.triton.launch import check_on_device
 from ats_kernels.triton.swiglu import swiglu_backward, swiglu_forward
 
 GEMMS = ("torch", "triton")
@@ -62,6 +63,11 @@ def grouped_mlp(
             f"grouped_mlp: x_sorted {tuple(x_sorted.shape)}, w1 {tuple(w1.shape)}, w3 {tuple(w3.shape)}, "
             f"w2 {tuple(w2.shape)} must be (M, C), (E, F, C), (E, F, C), (E, C, F)"
         )
+    if torch.is_autocast_enabled(x_sorted.device.type):
+        # What the reference's matmuls do under autocast: GEMMs in the autocast dtype (bf16 tensor
+        # cores), gradients flowing back to the fp32 master weights through the cast.
+        dtype = torch.get_autocast_dtype(x_sorted.device.type)
+        x_sorted, w1, w3, w2 = (t.to(dtype) for t in (x_sorted, w1, w3, w2))
     if not (x_sorted.dtype == w1.dtype == w3.dtype == w2.dtype):
         raise ValueError(
             f"grouped_mlp: x_sorted {x_sorted.dtype} and weights {w1.dtype} must share a dtype"
@@ -71,11 +77,13 @@ def grouped_mlp(
             f"grouped_mlp: tokens_per_expert has {tokens_per_expert.numel()} entries, weights have {E} experts"
         )
     offs = torch.cumsum(tokens_per_expert, 0).to(torch.int32)  # (E,) cumulative row ends
-    total = int(offs[-1]) if E > 0 else 0  # one host sync, as the reference's split does
-    if total != x_sorted.shape[0]:
-        raise ValueError(
-            f"grouped_mlp: tokens_per_expert sums to {total}, x_sorted has {x_sorted.shape[0]} rows"
+    if E > 0:
+        check_on_device(
+            offs[-1] == x_sorted.shape[0],
+            f"grouped_mlp: tokens_per_expert does not sum to x_sorted's {x_sorted.shape[0]} rows",
         )
+    elif x_sorted.shape[0]:
+        raise ValueError(f"grouped_mlp: no experts for x_sorted's {x_sorted.shape[0]} rows")
     if gemm is None:
         use_torch = torch_grouped_mm_usable(x_sorted)
     elif gemm in GEMMS:

@@ -1,4 +1,5 @@
-"""Launch arithmetic shared by the Triton kernels: row block sizes, persistent grid size.
+"""Launch arithmetic shared by the Triton kernels: row block sizes, persistent grid size, and input
+checks that must not stall the GPU stream.
 
 Under TRITON_INTERPRET=1 (CPU tests) kernels run on CPU tensors; the grid is kept small there.
 """
@@ -29,3 +30,16 @@ def n_persistent_programs(device: torch.device, per_sm: int = 2) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count * per_sm
     return 4
+
+
+def check_on_device(ok: torch.Tensor, message: str) -> None:
+    """Raise ValueError(message) unless the 0-d bool tensor `ok` holds, without a host sync on CUDA.
+
+    On CUDA the check is queued as a device-side assert (torch._assert_async): reading the value on
+    the host would stall the stream once per MoE layer and direction. A failure then surfaces as a
+    CUDA error carrying `message` at the next synchronization.
+    """
+    if ok.is_cuda:
+        torch._assert_async(ok, message)
+    elif not bool(ok):
+        raise ValueError(message)

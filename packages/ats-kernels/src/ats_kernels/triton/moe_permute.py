@@ -10,6 +10,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ats_kernels.triton.launch import check_on_device
+
 BLOCK_C = 1024
 
 
@@ -125,8 +127,10 @@ def _sort_slots(
         return torch.zeros(n_experts, device=flat.device, dtype=torch.int64), sort_order, pos
     _histogram_kernel[(n_blocks,)](flat, hist, n_slots, n_experts, BLOCK_S=block_s, BLOCK_E=block_e)
     counts = hist.sum(0, dtype=torch.int64)  # (E,)
-    if int(counts.sum()) != n_slots:  # a slot matched no expert: index < 0 or >= n_experts
-        raise ValueError(f"moe_permute: an expert index is outside [0, n_experts = {n_experts})")
+    check_on_device(  # a slot matched no expert: index < 0 or >= n_experts
+        counts.sum() == n_slots,
+        f"moe_permute: an expert index is outside [0, n_experts = {n_experts})",
+    )
     expert_start = torch.cumsum(counts, 0) - counts  # (E,)
     block_start = torch.cumsum(hist, 0, dtype=torch.int64) - hist  # (n_blocks, E) exclusive
     base = (block_start + expert_start[None, :]).to(torch.int32)

@@ -1,9 +1,10 @@
 """Triton RoPE for q and k in one launch, forward + backward (HF half-split convention).
 
 One program per (block of positions, batch, group of 8 heads of q or k) loads the cos/sin tile once
-and rotates each head's contiguous (positions x head_dim) slab: long contiguous runs instead of
-scattered 256-byte head rows. Backward is the transposed rotation (rope with -sin, halves swapped).
-Tuning history and the ladder that times it: packages/ats-kernels/dev/rope/.
+and rotates each head's (positions x head_dim) slab. Outputs, and in backward the input gradients,
+take the layout of the q and k passed in (the model's transposed (B, T, H, hd) views stay free to
+backpropagate through). Backward is the transposed rotation (rope with -sin, halves swapped).
+Tuning history and the ladder that times it: packages/ats-kernels/dev/rope/ (this is 03).
 """
 
 import torch
@@ -68,12 +69,16 @@ def _unit_last(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 else t.contiguous()
 
 
-def _launch(q, k, cos, sin, backward: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def _launch(
+    q, k, cos, sin, backward: bool, q_stride=None, k_stride=None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rotated q, rotated k); strides of the outputs: q's and k's, or the given ones."""
     B, Hq, T, hd = q.shape
     Hk = k.shape[1]
     q, k = _unit_last(q), _unit_last(k)
-    qo = torch.empty((B, Hq, T, hd), device=q.device, dtype=q.dtype)
-    ko = torch.empty((B, Hk, T, hd), device=k.device, dtype=k.dtype)
+    # outputs in the inputs' memory order (empty_like keeps the strides of dense tensors)
+    qo = torch.empty_like(q) if q_stride is None else q.new_empty_strided(q.shape, q_stride)
+    ko = torch.empty_like(k) if k_stride is None else k.new_empty_strided(k.shape, k_stride)
     scb = cos.stride(0) if cos.dim() == 3 else 0  # (T, hd) tables are shared by the batch
     sct = cos.stride(-2)
     half = hd // 2
@@ -95,12 +100,15 @@ class _RoPE(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, cos, sin):
         ctx.save_for_backward(cos, sin)
-        return _launch(q, k, cos, sin, backward=False)
+        q_out, k_out = _launch(q, k, cos, sin, backward=False)
+        # the input gradients take the inputs' layout, so the model's view/transpose stays free
+        ctx.q_stride, ctx.k_stride = q_out.stride(), k_out.stride()
+        return q_out, k_out
 
     @staticmethod
     def backward(ctx, dq, dk):
         cos, sin = ctx.saved_tensors
-        dq_in, dk_in = _launch(dq, dk, cos, sin, backward=True)
+        dq_in, dk_in = _launch(dq, dk, cos, sin, True, ctx.q_stride, ctx.k_stride)
         return dq_in, dk_in, None, None
 
 
@@ -108,7 +116,7 @@ def rope(
     q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Same result as ref_rope: q (B, n_head, T, hd), k (B, n_kv_head, T, hd), any strides;
-    cos/sin (T, hd) or (B, T, hd). Outputs are contiguous; no gradient flows to cos/sin."""
+    cos/sin (T, hd) or (B, T, hd). Outputs take q's and k's layout; no gradient flows to cos/sin."""
     if q.dim() != 4 or k.dim() != 4:
         raise ValueError(
             f"rope: q and k must be 4-D (B, H, T, hd), got {tuple(q.shape)}, {tuple(k.shape)}"

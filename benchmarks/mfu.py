@@ -1,0 +1,160 @@
+"""End-to-end training throughput and MFU on one device (issue 5): kernels="auto" vs "reference".
+
+The model, torch.compile, optimizer, precision and backend come from ats_train's own build functions
+(build_model_config, build_model, parallelize, build_optimizer (fused AdamW), build_precision,
+build_backend), and one step is the trainer's forward_backward + backend.step with one micro-batch,
+so the number is what `ats train` users get. Batches are random tokens (throughput does not depend
+on the data; no tokenizer or shards are built). N warmup steps (compile) then timed steps between
+torch.cuda.synchronize calls. MFU = tokens/s x ats_model.flops_per_token (6 x active matmul params
++ attention) / the dense bf16 peak (989 TFLOP/s on the H200, ats_train.mfu.peak_flops).
+
+GPU: PYTHONPATH=$(ls -d $PWD/packages/*/src | tr '\\n' ':') python3 benchmarks/mfu.py
+CPU smoke: uv run --no-sync python benchmarks/mfu.py --device cpu --preset tiny-dense --steps 3
+Prints one JSON line per (preset, kernels) run, then one comparison line per preset:
+  {"name", "ours", "baseline", "ratio", "hardware", "mfu", ...} (ours = auto, baseline = reference).
+"""
+
+import argparse
+import json
+import time
+
+import torch
+from ats_model import build_model, count_params, flops_per_token, presets
+from ats_train.backends import build_backend
+from ats_train.config import build_config
+from ats_train.mfu import peak_flops
+from ats_train.model import build_model_config
+from ats_train.optim import build_optimizer
+from ats_train.parallelize import parallelize
+from ats_train.precision import build_precision
+from torch._dynamo.utils import counters
+
+LOSS_WEIGHTS = ("moe_lb", "moe_z", "mod_predictor")
+
+
+def hardware(device: torch.device) -> str:
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    return f"{name}; torch {torch.__version__}"
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def run(preset: str, kernels: str, args: argparse.Namespace) -> dict:
+    """Build through ats_train, train args.warmup + args.steps steps, return the measurement."""
+    config = build_config({
+        "model.preset": preset, "kernels": kernels, "train.device": args.device,
+        "train.precision": args.precision, "train.compile": args.compile,
+        "train.batch_size": args.batch, "train.seq_len": args.seq_len,
+    })  # fmt: skip
+    train = config.train
+    device = torch.device(args.device)
+    torch._dynamo.reset()  # each run compiles its own model; graph-break counts are per run
+    counters.clear()
+    precision = build_precision(train.precision, device)
+    backend = build_backend(config.parallel, device, precision)
+    # no tokenizer here: the preset's own vocabulary (124m: GPT-2's, padded to 50304)
+    model_config = build_model_config(config.model, presets.get(preset).vocab_size, train.seq_len)
+    torch.manual_seed(train.seed)
+    raw_model = build_model(model_config, device=device, kernels=config.kernels)
+    model = parallelize(raw_model, train)
+    optimizer = build_optimizer(raw_model, config.optim, device)
+    model, optimizer = backend.wrap(model, optimizer)
+    loss_weights = dict(zip(LOSS_WEIGHTS, (config.loss.moe_lb_weight, config.loss.moe_z_weight,
+                                           config.loss.mod_predictor_weight), strict=True))  # fmt: skip
+    g = torch.Generator(device=device).manual_seed(0)
+    shape = (train.batch_size, train.seq_len)
+    tokens = torch.randint(0, model_config.vocab_size, shape, device=device, generator=g)
+    targets = torch.randint(0, model_config.vocab_size, shape, device=device, generator=g)
+
+    def step() -> torch.Tensor:
+        # Trainer.forward_backward with one micro-batch, then backend.step (clip + AdamW)
+        with precision.autocast():
+            output = model(tokens, targets=targets)
+        loss = output.loss + sum(loss_weights[k] * v for k, v in output.aux.items())
+        backend.backward(loss, last_micro_batch=True)
+        backend.step(optimizer, config.optim.grad_clip)
+        optimizer.zero_grad(set_to_none=True)
+        return output.loss.detach()
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    t0 = time.perf_counter()
+    for _ in range(args.warmup):
+        step()
+    sync(device)
+    warmup_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for _ in range(args.steps):
+        loss = step()
+    sync(device)
+    step_s = (time.perf_counter() - t0) / args.steps
+    tokens_per_s = train.batch_size * train.seq_len / step_s
+    fpt = flops_per_token(model_config, train.seq_len)
+    peak = peak_flops(device, train.precision)
+    return {
+        "name": f"train_{preset}_{kernels}", "preset": preset, "kernels": kernels,
+        "kernel_set": raw_model.kernels.name,
+        "tokens_per_s": round(tokens_per_s, 1), "step_ms": round(step_s * 1e3, 3),
+        "mfu": None if peak is None else round(tokens_per_s * fpt / peak, 4),
+        "flops_per_token": fpt, "active_params": count_params(model_config)[1],
+        "batch": train.batch_size, "seq_len": train.seq_len, "precision": train.precision,
+        "compile": train.compile, "warmup_steps": args.warmup, "timed_steps": args.steps,
+        "warmup_s": round(warmup_s, 1), "final_loss": round(float(loss), 4),
+        "graph_breaks": sum(counters["graph_break"].values()),
+        "graph_break_reasons": [r[:160] for r, _ in counters["graph_break"].most_common(5)],
+        "peak_mem_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
+        if device.type == "cuda" else None,
+        "hardware": hardware(device),
+    }  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--preset", default="124m-dense,124m-moe", help="comma-separated presets")
+    parser.add_argument("--kernels", default="auto,reference", help="ours first, then baseline")
+    parser.add_argument("--batch", type=int, default=None, help="sequences per step (cuda: 32)")
+    parser.add_argument("--seq-len", type=int, default=None, help="cuda: 1024, cpu: 64")
+    parser.add_argument(
+        "--warmup", type=int, default=None, help="untimed steps, compile included (cuda: 3)"
+    )
+    parser.add_argument("--steps", type=int, default=None, help="timed steps (cuda: 10)")
+    parser.add_argument("--precision", default="bf16", choices=("bf16", "fp32"))
+    parser.add_argument("--no-compile", dest="compile", action="store_false", default=None)
+    args = parser.parse_args()
+    cuda = args.device == "cuda"
+    if cuda and not torch.cuda.is_available():
+        raise SystemExit("benchmarks/mfu.py: no CUDA device (use --device cpu for a smoke run)")
+    defaults = {"batch": 32 if cuda else 2, "seq_len": 1024 if cuda else 64,
+                "warmup": 3 if cuda else 1, "steps": 10 if cuda else 3, "compile": cuda}  # fmt: skip
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.steps < 1 or args.batch < 1:
+        raise SystemExit(
+            f"benchmarks/mfu.py: --steps {args.steps} and --batch {args.batch} must be >= 1"
+        )
+    kernel_runs = args.kernels.split(",")
+    for preset in args.preset.split(","):
+        rows = {}
+        for kernels in kernel_runs:
+            rows[kernels] = run(preset, kernels, args)
+            print(json.dumps(rows[kernels]), flush=True)
+            if cuda:
+                torch.cuda.empty_cache()
+        if len(kernel_runs) == 2:
+            ours, base = (rows[k] for k in kernel_runs)
+            print(json.dumps({
+                "name": f"train_{preset}_tokens_per_s_{kernel_runs[0]}_vs_{kernel_runs[1]}",
+                "ours": ours["tokens_per_s"], "baseline": base["tokens_per_s"],
+                "ratio": round(ours["tokens_per_s"] / base["tokens_per_s"], 4),
+                "ratio_is": "speedup", "unit": "tokens/s", "mfu": ours["mfu"],
+                "baseline_mfu": base["mfu"], "hardware": ours["hardware"],
+            }), flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
