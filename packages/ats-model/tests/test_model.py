@@ -1,6 +1,7 @@
 """The Transformer forward: loss with ignore_index, aux/stats per family, causality, finite-difference
 gradients in float64 (router included), state_dict names of the contract, bad input."""
 
+import contextlib
 import math
 import re
 
@@ -248,3 +249,37 @@ def test_dropout_is_training_only(make_config, family: str) -> None:
     assert not torch.equal(a, b), "two training forwards drew the same dropout masks"
     with pytest.raises(ValueError, match=r"dropout = 1.0 is invalid"):
         make_config(family, dropout=1.0)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_init_weights_module_by_module_inside_gathered(make_config, family: str) -> None:
+    """init_weights(gathered=...) writes each module's parameters only inside that module's own
+    gathered context (as with DeepSpeed ZeRO-3's GatheredParameters) and gives the same weights."""
+    config = make_config(family, tie_embeddings=False)
+    torch.manual_seed(3)
+    want = build_model(config).state_dict()
+    model = build_model(config)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.fill_(float("nan"))  # "not initialized yet"
+    calls: list[set[int]] = []
+
+    @contextlib.contextmanager
+    def gathered(params):
+        ids = {id(p) for p in params}
+        others = [
+            p for p in model.parameters() if id(p) not in ids and not any(id(p) in c for c in calls)
+        ]
+        assert all(p.isnan().all() for p in params)  # nothing written before its own gather
+        calls.append(ids)
+        yield
+        assert all(p.isfinite().all() for p in params)
+        assert all(p.isnan().all() for p in others)  # nothing else written inside this one
+
+    torch.manual_seed(3)
+    model.init_weights(gathered)
+    assert len(calls) == 1 + config.n_layer + 1 + 1  # embedding, blocks, norm, head
+    assert set().union(*calls) == {id(p) for p in model.parameters()}
+    got = model.state_dict()
+    for name, value in want.items():
+        torch.testing.assert_close(got[name], value, rtol=0, atol=0, msg=name)

@@ -3,7 +3,10 @@
 Single-device math only: parallelism, compile and checkpointing are applied from outside (ats-train).
 """
 
+import contextlib
 import math
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 import torch
 from ats_kernels import KernelSet
@@ -19,6 +22,13 @@ from ats_model.layers.moe import MoEFFN, MoERecord
 from ats_model.layers.norm import RMSNorm
 from ats_model.layers.rope import build_rope_tables, lookup
 from ats_model.output import ModelOutput
+
+# a context manager factory over a module's parameters (see Transformer.init_weights)
+Gathered = Callable[[list[nn.Parameter]], AbstractContextManager[object]]
+
+
+def _already_whole(params: list[nn.Parameter]) -> AbstractContextManager[object]:
+    return contextlib.nullcontext()
 
 
 class Transformer(nn.Module):
@@ -52,17 +62,27 @@ class Transformer(nn.Module):
         return [m for m in self.layers if isinstance(m, MoDBlock)]
 
     @torch.no_grad()
-    def init_weights(self) -> None:
+    def init_weights(self, gathered: Gathered | None = None) -> None:
         """N(0, init_std) everywhere, residual output projections (wo, w2) scaled by 1/sqrt(2 n_layer)
-        (GPT-2, Radford et al. 2019), norms at 1, rope tables rebuilt in float64."""
+        (GPT-2, Radford et al. 2019), norms at 1, rope tables rebuilt in float64.
+
+        gathered(params): a context in which those (possibly partitioned) parameters are whole and
+        writes to them are kept, e.g. DeepSpeed ZeRO-3's GatheredParameters(params,
+        modifier_rank=0). The embedding, each block, the norm and the head are initialized one at a
+        time inside it, so a partitioned model is never whole on one device."""
+        whole = gathered or _already_whole
         std = self.config.init_std
         resid_std = std / math.sqrt(2 * self.config.n_layer)
-        nn.init.normal_(self.tok_embeddings.weight, std=std)
+        with whole([self.tok_embeddings.weight]):
+            nn.init.normal_(self.tok_embeddings.weight, std=std)
         for layer in self.layers:
-            layer.init_weights(std, resid_std)
-        self.norm.init_weights()
+            with whole(list(layer.parameters())):
+                layer.init_weights(std, resid_std)
+        with whole(list(self.norm.parameters())):
+            self.norm.init_weights()
         if self.output is not None:
-            nn.init.normal_(self.output.weight, std=std)
+            with whole([self.output.weight]):
+                nn.init.normal_(self.output.weight, std=std)
         cos, sin = build_rope_tables(self.config, self.rope_cos.device, self.rope_cos.dtype)
         self.rope_cos.copy_(cos)
         self.rope_sin.copy_(sin)
@@ -118,18 +138,29 @@ class Transformer(nn.Module):
             causal_routing=causal_routing,
         )
         x = self.emb_drop(self.tok_embeddings(idx))  # (B, T, C)
+        moe_records: list[MoERecord] = []
+        mod_records: list[MoDRecord] = []
         for layer in self.layers:
-            x = layer(x, ctx)
+            x, moe, mod = layer(x, ctx)
+            if moe is not None:
+                moe_records.append(moe)
+            if mod is not None:
+                mod_records.append(mod)
         x = self.norm(x)
-        weight = self.tok_embeddings.weight if self.output is None else self.output.weight
-        logits = x @ weight.T  # (B, T, V)
+        # The untied head is called as a module, not read as a weight: ZeRO-3 gathers a module's
+        # partitioned parameters in its forward hook (reading .weight directly saw an empty shard
+        # on the H200). The tied one is registered as the root's external parameter there.
+        if self.output is None:
+            logits = x @ self.tok_embeddings.weight.T  # (B, T, V)
+        else:
+            logits = self.output(x)  # (B, T, V)
         if kv_cache is not None:
             kv_cache.length = end
 
         loss = None
         if targets is not None:
             loss = self.kernels.cross_entropy(logits.reshape(B * T, -1), targets.reshape(B * T))
-        aux, stats = _collect(ctx.moe_records, ctx.mod_records)
+        aux, stats = _collect(moe_records, mod_records)
         return ModelOutput(logits=logits, loss=loss, aux=aux, stats=stats)
 
     def _check_lengths(

@@ -1,7 +1,7 @@
 """Named model configurations, from CPU toys to 300B-class, as small functions.
 
-Names are "<size>-<family>": sizes tiny, 20m, 124m, 1b, 7b, 70b, 300b; families dense, moe, mod,
-hybrid. A size function gives the dense shape; the family variant adds MoE (8-64 experts) and/or
+Names are "<size>-<family>": sizes tiny, 20m, 124m, 1b, 7b, 10b, 70b, 300b; families dense, moe,
+mod, hybrid. A size function gives the dense shape; the family variant adds MoE (8-64 experts) and/or
 MoD. The size names the compute class: MoE variants keep about the dense model's ACTIVE parameters
 (so "124m-moe" vs "124m-dense" is an equal-compute comparison) and multiply the total; MoD variants
 keep the parameters and cut the FLOPs. Two reference shapes, "llama2-7b" and "mixtral-8x7b",
@@ -73,6 +73,22 @@ def _7b() -> ModelConfig:
     return llama2_7b()
 
 
+def _10b() -> ModelConfig:
+    # Llama-3-style 8B width (GQA 32/8, SwiGLU 14336) at 42 layers with Llama 2's 32k vocabulary,
+    # untied: 9.42B parameters, whose mixed-precision AdamW state (~16 bytes/param, 151 GB) does
+    # not fit one 141 GB H200; benchmarks/offload.py trains it with ZeRO-3 offload (issue 6).
+    return ModelConfig(
+        vocab_size=32000,
+        dim=4096,
+        n_layer=42,
+        n_head=32,
+        n_kv_head=8,
+        ffn_dim=14336,
+        max_seq_len=4096,
+        rope_theta=500000.0,
+    )
+
+
 def _70b() -> ModelConfig:
     # Llama-2-70B shape
     return ModelConfig(
@@ -128,6 +144,7 @@ _MOE_SHAPE = {
     "124m": (8, 2, 0),
     "1b": (16, 2, 0),
     "7b": (8, 2, 0),
+    "10b": (8, 2, 0),
     "70b": (32, 4, 1),
     "300b": (64, 8, 1),
 }
@@ -167,6 +184,7 @@ _SIZES: dict[str, Callable[[], ModelConfig]] = {
     "124m": _124m,
     "1b": _1b,
     "7b": _7b,
+    "10b": _10b,
     "70b": _70b,
     "300b": _300b,
 }

@@ -1,10 +1,15 @@
-"""The pre-norm transformer block and the per-forward context every block reads.
+"""The pre-norm transformer block, the read-only context every block gets, and what it returns.
 
 x ─┬─ attn_norm ─ attn ─(+)─┬─ ffn_norm ─ ffn ─(+)─> out      ffn = SwiGLUFFN or MoEFFN
    └────────────────────────┘└─────────────────────┘
+
+A block returns its MoE / MoD records with its output (BlockOutput) and the model collects them:
+nothing is shared and mutated across module boundaries, so wrappers that rebuild a block's
+arguments or outputs (FSDP2 per-block sharding, activation checkpointing) keep every record.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from ats_kernels import KernelSet
@@ -17,16 +22,21 @@ from ats_model.layers.moe import MoEFFN, MoERecord
 from ats_model.layers.norm import RMSNorm
 
 
-@dataclass
-class MoDRecord:
+class MoDRecord(NamedTuple):  # a NamedTuple for the reason given at MoERecord
     predictor_loss: torch.Tensor | None  # BCE of the causal predictor (None without one)
     selected_fraction: torch.Tensor  # detached scalar
     predictor_accuracy: torch.Tensor  # detached scalar
 
 
-@dataclass
+class BlockOutput(NamedTuple):
+    hidden: torch.Tensor  # (B, T, C) the residual stream after the block
+    moe: MoERecord | None  # None when the FFN is dense, or an MoD block ran no token
+    mod: MoDRecord | None  # None for a plain (not depth-routed) block
+
+
+@dataclass(frozen=True)
 class Context:
-    """What one model forward shares with all its blocks."""
+    """What one model forward shares with all its blocks; read-only (blocks return records)."""
 
     cos: torch.Tensor  # (T, hd) or (B, T, hd) for this call's tokens
     sin: torch.Tensor
@@ -38,8 +48,6 @@ class Context:
     cache: KVCache | None
     start: int  # slot of this call's first token (cache length before the call)
     causal_routing: bool  # MoD: decide per token with the causal predictor (generation)
-    moe_records: list[MoERecord] = field(default_factory=list)
-    mod_records: list[MoDRecord] = field(default_factory=list)
 
 
 class Block(nn.Module):
@@ -63,12 +71,10 @@ class Block(nn.Module):
     def cache_layer(self, ctx: Context) -> KVLayer | None:
         return None if ctx.cache is None else ctx.cache.layers[self.layer_idx]
 
-    def _ffn(self, h: torch.Tensor, ctx: Context) -> torch.Tensor:
+    def _ffn(self, h: torch.Tensor) -> tuple[torch.Tensor, MoERecord | None]:
         if isinstance(self.ffn, MoEFFN):
-            y, record = self.ffn(h)
-            ctx.moe_records.append(record)
-            return y
-        return self.ffn(h)
+            return self.ffn(h)
+        return self.ffn(h), None
 
     def delta(
         self,
@@ -78,15 +84,17 @@ class Block(nn.Module):
         mask: torch.Tensor | None,
         cache: KVLayer | None,
         ctx: Context,
-    ) -> torch.Tensor:
-        """What the block adds to the residual stream: attn(...) + ffn(...), shape of x."""
+    ) -> tuple[torch.Tensor, MoERecord | None]:
+        """What the block adds to the residual stream, attn(...) + ffn(...) (shape of x), and the
+        FFN's MoE record."""
         a = self.resid_drop(self.attn(self.attn_norm(x), cos, sin, mask, cache, ctx.start))
-        f = self.resid_drop(self._ffn(self.ffn_norm(x + a), ctx))
-        return a + f
+        f, record = self._ffn(self.ffn_norm(x + a))
+        return a + self.resid_drop(f), record
 
-    def forward(self, x: torch.Tensor, ctx: Context) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, ctx: Context) -> BlockOutput:
         a = self.attn(
             self.attn_norm(x), ctx.cos, ctx.sin, ctx.mask, self.cache_layer(ctx), ctx.start
         )
         h = x + self.resid_drop(a)
-        return h + self.resid_drop(self._ffn(self.ffn_norm(h), ctx))
+        f, record = self._ffn(self.ffn_norm(h))
+        return BlockOutput(h + self.resid_drop(f), record, None)

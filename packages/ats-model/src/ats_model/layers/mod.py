@@ -25,7 +25,8 @@ from torch import nn
 
 from ats_model.config import ModelConfig, mod_top_k
 from ats_model.layers.attention import causal_mask
-from ats_model.layers.block import Block, Context, MoDRecord
+from ats_model.layers.block import Block, BlockOutput, Context, MoDRecord
+from ats_model.layers.moe import MoERecord
 from ats_model.layers.rope import lookup
 
 
@@ -96,7 +97,7 @@ class MoDBlock(Block):
             )
         return position_hash(positions, self.seed) < self.capacity
 
-    def forward(self, x: torch.Tensor, ctx: Context) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, ctx: Context) -> BlockOutput:
         B, T, C = x.shape
         valid = None if ctx.key_valid is None else ctx.key_valid[:, ctx.start : ctx.start + T]
         causal = ctx.causal_routing or ctx.cache is not None
@@ -124,10 +125,12 @@ class MoDBlock(Block):
             sel = sel & valid
         n_valid = T * B if valid is None else valid.sum()
         fraction = (sel.sum() / n_valid).detach().float()
-        ctx.mod_records.append(MoDRecord(bce, fraction, accuracy))
+        record = MoDRecord(bce, fraction, accuracy)
         if ctx.cache is not None:
-            return self._forward_cached(x, ctx, sel, weight)
-        return self._forward_gathered(x, ctx, sel, weight)
+            out, moe = self._forward_cached(x, ctx, sel, weight)
+        else:
+            out, moe = self._forward_gathered(x, ctx, sel, weight)
+        return BlockOutput(out, moe, record)
 
     def _forward_gathered(
         self,
@@ -135,12 +138,13 @@ class MoDBlock(Block):
         ctx: Context,
         sel: torch.Tensor,
         weight: torch.Tensor | None,
-    ) -> torch.Tensor:
-        """Run the block on the selected tokens only (the compute saving), scatter deltas back."""
+    ) -> tuple[torch.Tensor, MoERecord | None]:
+        """Run the block on the selected tokens only (the compute saving), scatter deltas back.
+        Returns the new stream and the FFN's MoE record (None when no token was selected)."""
         B, T, C = x.shape
         picked = gather_selected(sel)
         if picked is None:
-            return x
+            return x, None
         idx, slot_valid = picked  # (B, K)
         x_sel = x.gather(1, idx[..., None].expand(-1, -1, C))  # (B, K, C)
         pos = ctx.positions.gather(1, idx)  # (B, K)
@@ -149,27 +153,27 @@ class MoDBlock(Block):
             mask = None  # every sequence keeps K tokens: plain causal attention over the subset
         else:
             mask = causal_mask(torch.arange(idx.shape[1], device=x.device), slot_valid)
-        delta = self.delta(x_sel, cos, sin, mask, None, ctx)  # (B, K, C)
+        delta, moe = self.delta(x_sel, cos, sin, mask, None, ctx)  # (B, K, C)
         scale = slot_valid.to(delta.dtype)
         if weight is not None:
             scale = scale * weight.gather(1, idx)
         # under autocast the block's matmuls give a lower-precision delta than the fp32 stream
         update = (delta * scale[..., None]).to(x.dtype)
-        return x.scatter_add(1, idx[..., None].expand(-1, -1, C), update)
+        return x.scatter_add(1, idx[..., None].expand(-1, -1, C), update), moe
 
     def _forward_cached(
         self, x: torch.Tensor, ctx: Context, sel: torch.Tensor, weight: torch.Tensor | None
-    ) -> torch.Tensor:
+    ) -> tuple[torch.Tensor, MoERecord | None]:
         """Incremental decoding: keys of skipped tokens are marked invalid in this layer's cache."""
         B, T, C = x.shape
         layer = self.cache_layer(ctx)
         end = ctx.start + T
         layer.valid[:, ctx.start : end] = sel
         if not bool(sel.any()):
-            return x
+            return x, None
         mask = causal_mask(torch.arange(ctx.start, end, device=x.device), layer.valid[:, :end])
-        delta = self.delta(x, ctx.cos, ctx.sin, mask, layer, ctx)  # (B, T, C)
+        delta, moe = self.delta(x, ctx.cos, ctx.sin, mask, layer, ctx)  # (B, T, C)
         scale = sel.to(delta.dtype)
         if weight is not None:
             scale = scale * weight
-        return x + delta * scale[..., None]
+        return x + delta * scale[..., None], moe

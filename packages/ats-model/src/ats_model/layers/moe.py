@@ -11,7 +11,7 @@ within a rank earlier tokens (in the flattened B*T order) win. A dropped slot co
 """
 
 import math
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from ats_kernels import KernelSet
@@ -21,8 +21,10 @@ from ats_model.config import ModelConfig
 from ats_model.layers.ffn import SwiGLUFFN
 
 
-@dataclass
-class MoERecord:
+class MoERecord(NamedTuple):
+    # A NamedTuple, not a dataclass: FSDP2 hooks the grad tensors of a sharded block's output to
+    # all-gather its weights before backward, and older torch finds them with pytree's
+    # tree_flatten, which walks NamedTuples but not unregistered dataclasses.
     lb: torch.Tensor  # Switch load-balancing loss (grad reaches the router)
     z: torch.Tensor  # router z-loss (grad reaches the router)
     tokens_per_expert: torch.Tensor  # (E,) routed slots per expert, before dropping (detached)
@@ -37,11 +39,20 @@ def capacity_keep(indices: torch.Tensor, n_experts: int, capacity: int) -> torch
     n_tokens, top_k = indices.shape
     prio = indices.T.reshape(-1)  # (k*N,) all 1st choices in token order, then all 2nd, ...
     order = torch.argsort(prio, stable=True)
-    counts = torch.bincount(prio, minlength=n_experts)
+    counts = expert_counts(prio, n_experts)
     group_start = torch.cumsum(counts, 0) - counts  # (E,)
     rank = torch.empty_like(prio)
     rank[order] = torch.arange(prio.numel(), device=prio.device) - group_start[prio[order]]
     return (rank < capacity).view(top_k, n_tokens).T  # (N, k)
+
+
+def expert_counts(indices: torch.Tensor, n_experts: int) -> torch.Tensor:
+    """indices (any shape) -> (E,) int64 slots per expert. torch.bincount would read the maximum
+    index on the host (a stream sync per MoE layer on CUDA); scatter_add does not."""
+    flat = indices.reshape(-1)
+    return torch.zeros(n_experts, dtype=torch.int64, device=flat.device).scatter_add_(
+        0, flat, torch.ones_like(flat, dtype=torch.int64)
+    )
 
 
 def expert_capacity(capacity_factor: float, n_tokens: int, top_k: int, n_experts: int) -> int:
@@ -106,7 +117,7 @@ class MoEFFN(nn.Module):
         weights, indices, probs = self.kernels.moe_route(
             logits, top_k, self.temperature, self.expert_bias, self.norm_topk
         )
-        routed = torch.bincount(indices.reshape(-1), minlength=n_experts)  # (E,)
+        routed = expert_counts(indices, n_experts)  # (E,)
 
         if self.capacity_factor is None:
             x_sorted, per_expert, order = self.kernels.moe_permute(flat, indices, n_experts)
@@ -149,7 +160,8 @@ class MoEFFN(nn.Module):
         with torch.no_grad():
             load = routed.float()
             entropy = torch.special.entr(probs.detach()).sum(-1).mean().float()
-            dropped = torch.tensor((n_slots - n_kept) / n_slots, device=logits.device)
+            # a fill, not a host-to-device copy of a Python float (which would block the host)
+            dropped = torch.full((), (n_slots - n_kept) / n_slots, device=logits.device)
             violation = load.max() / (n_slots / n_experts) - 1
         return MoERecord(lb, z, load, entropy, dropped, violation, z.detach().float())
 
