@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "ats/cpu.h"
+#include "ats/matmul.h"
 #include "ats/model.h"
 #include "ats/sampler.h"
 #include "model_bindings.h"
@@ -151,6 +152,52 @@ void bind_model(nb::module_ &m) {
             return d;
         },
         "CPU SIMD features and the kernel set chosen for them (avx512 / avx2 / neon / scalar).");
+
+    m.def(
+        "quantized_matmul",
+        [](nb::ndarray<nb::numpy, nb::c_contig, nb::device::cpu> codes,
+           nb::ndarray<nb::numpy, const float, nb::c_contig, nb::device::cpu> scale,
+           nb::ndarray<nb::numpy, const float, nb::ndim<2>, nb::c_contig, nb::device::cpu> x,
+           int bits, int group, const std::string &kernels, int threads) {
+            if (codes.ndim() != 2) throw nb::value_error("codes must be 2-D (rows, bytes per row)");
+            if (bits == 8 && codes.dtype() != nb::dtype<int8_t>()) throw nb::type_error("bits 8: codes must be int8");
+            if (bits == 4 && codes.dtype() != nb::dtype<uint8_t>()) throw nb::type_error("bits 4: codes must be uint8");
+            int64_t rows = (int64_t)codes.shape(0), cols = (int64_t)x.shape(1), n = (int64_t)x.shape(0);
+            int64_t row_bytes = bits == 4 ? cols / 2 : cols;
+            if (bits == 4 && cols % 2 != 0) throw nb::value_error("int4: x has an odd number of columns");
+            if ((int64_t)codes.shape(1) != row_bytes) {
+                throw nb::value_error(("codes have " + std::to_string(codes.shape(1)) +
+                                       " bytes per row; x's " + std::to_string(cols) +
+                                       " columns need " + std::to_string(row_bytes))
+                                          .c_str());
+            }
+            int64_t per_row = bits == 4 && group > 0 ? cols / group : 1;
+            bool group_ok = bits != 4 || (group > 0 && cols % group == 0); /* else the core says why */
+            if (group_ok && (int64_t)scale.size() != rows * per_row) {
+                throw nb::value_error(("scale has " + std::to_string(scale.size()) +
+                                       " values, expected " + std::to_string(rows * per_row))
+                                          .c_str());
+            }
+            std::unique_ptr<float[]> y(new float[(size_t)(n * rows)]);
+            ats_matmul_params p{kernels.c_str(), threads, bits, group};
+            char err[512];
+            int rc;
+            {
+                nb::gil_scoped_release release;
+                rc = ats_matmul_quantized(&p, codes.data(), scale.data(), rows, cols, x.data(), n,
+                                          y.get(), err, sizeof err);
+            }
+            if (rc != 0) raise_value_error(err);
+            float *data = y.release();
+            nb::capsule owner(data, [](void *q) noexcept { delete[] (float *)q; });
+            size_t shape[2] = {(size_t)n, (size_t)rows};
+            return nb::ndarray<nb::numpy, float>(data, 2, shape, owner);
+        },
+        "codes"_a, "scale"_a, "x"_a, "bits"_a, "group"_a = 32, "kernels"_a = "auto",
+        "threads"_a = 1,
+        "x (n, cols) @ W.T for int8 (bits 8: codes int8 (rows, cols), scale (rows,)) or int4 (bits 4: "
+        "codes uint8 (rows, cols / 2), scale (rows, cols / group)) weights, through the model "
+        "runtime's own matmul path (kernel tests).");
 
     nb::class_<Generation>(m, "Generation", "Iterator over generated token ids (Model.generate).")
         .def("__iter__", [](nb::handle self) { return self; })

@@ -39,6 +39,20 @@ def train_bpe(counts: dict[bytes, int], n_merges: int, min_frequency: int) -> li
 def cpu_features() -> dict[str, str | bool]:
     """CPU SIMD features and the kernel set chosen for them ("kernels": avx512 / avx2 / neon / scalar)."""
 
+def quantized_matmul(
+    codes: npt.NDArray[np.int8] | npt.NDArray[np.uint8],
+    scale: npt.NDArray[np.float32],
+    x: npt.NDArray[np.float32],
+    bits: int,
+    group: int = 32,
+    kernels: str = "auto",
+    threads: int = 1,
+) -> npt.NDArray[np.float32]:
+    """x (n, cols) @ W.T for int8 weights (bits 8: codes int8 (rows, cols), scale (rows,)) or int4
+    weights (bits 4: codes uint8 (rows, cols / 2), low nibble = even column, scale
+    (rows, cols / group)), through the model runtime's own matmul path: load-time repacking,
+    Q8_0 activation rounding when cols % 32 == 0, the named kernel set (kernel tests)."""
+
 class Generation:
     """Iterator over generated token ids (Model.generate): prefill on the first next(), then one
     decode step with the KV cache per id."""

@@ -76,7 +76,9 @@ static void axpy_neon(int n, float a, const float *x, float *y) {
     for (; i < n; i++) y[i] += a * x[i];
 }
 
-static const Kernels NEON_SET = {"neon", dot_f32_neon, dot_q8_neon, dot_q4_neon, axpy_neon};
+static const Kernels NEON_SET = {"neon", dot_f32_neon, dot_q8_neon, dot_q4_neon, nullptr,
+                                    nullptr, nullptr, nullptr, axpy_neon,
+                                    quantize_q8_0_scalar};
 
 const Kernels *kernels_neon() { return &NEON_SET; }
 

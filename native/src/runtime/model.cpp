@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "forward.h"
+#include "repack.h"
 
 namespace ats {
 
@@ -49,22 +50,6 @@ static void build_rope(const Config &c, std::vector<float> *cos_t, std::vector<f
     }
 }
 
-static const Kernels *pick_kernels(const char *name, std::string *err) {
-    std::string n = name ? name : "auto";
-    const Kernels *k = nullptr;
-    if (n == "auto") return kernels_get();
-    if (n == "scalar") k = kernels_scalar();
-    else if (n == "avx2") k = kernels_avx2();
-    else if (n == "avx512") k = kernels_avx512();
-    else if (n == "neon") k = kernels_neon();
-    else {
-        *err = "kernels '" + n + "' is unknown: expected auto, avx512, avx2, neon or scalar";
-        return nullptr;
-    }
-    if (!k) *err = "kernels '" + n + "' requested, but this CPU (or build) does not support it";
-    return k;
-}
-
 static ats_model *model_init(const ats_model_params *p, std::string *err) {
     if (!p || !p->path) {
         *err = "model path is missing";
@@ -81,7 +66,7 @@ static ats_model *model_init(const ats_model_params *p, std::string *err) {
     std::unique_ptr<ats_model> m(new ats_model());
     m->config_text = ss.str();
     if (!config_parse(m->config_text, &m->cfg, err)) return nullptr;
-    m->kernels = pick_kernels(p->kernels, err);
+    m->kernels = kernels_by_name(p->kernels, err);
     if (!m->kernels) return nullptr;
     if (!weights_load(m.get(), dir, err)) {
         for (StFile &sf : m->files) st_close(&sf);
@@ -90,6 +75,7 @@ static ats_model *model_init(const ats_model_params *p, std::string *err) {
     build_rope(m->cfg, &m->rope_cos, &m->rope_sin);
     int n = p->n_threads > 0 ? p->n_threads : (int)std::thread::hardware_concurrency();
     m->pool.reset(new ThreadPool(n < 1 ? 1 : n));
+    weights_repack(m.get());
     return m.release();
 }
 

@@ -188,6 +188,13 @@ ats_tokenizer *build(const std::string &path, std::string *err) {
             if (id->integer > max_id) max_id = id->integer;
         }
     }
+    /* ids index a table: a tokenizer's ids are 0 .. n_tokens - 1, so a larger id is malformed
+     * (and would otherwise size the table from the file: a 4 GB allocation, found by fuzzing) */
+    size_t n_tokens = vocab->keys.size() + specials.size();
+    if (max_id >= (int64_t)n_tokens) {
+        return bad("model.vocab", "token id " + std::to_string(max_id) + " is not below the " +
+                                      std::to_string(n_tokens) + " tokens of vocab and added_tokens");
+    }
     tok->id_bytes.resize((size_t)(max_id + 1));
     tok->is_token.assign((size_t)(max_id + 1), 0);
     std::string bytes;

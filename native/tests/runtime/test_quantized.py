@@ -1,8 +1,20 @@
-"""int8 / int4 weights (quantization.json, written by ats_infer.quantize) against the oracle: an
-fp32 ats-model holding the reference dequantization (ats_infer.quantize.dequantize) of the same
-codes. The native kernels dot int8/int4 codes with fp32 activations, so logits agree to fp32
-rounding; every kernel set this CPU runs (scalar, avx2, avx512) gives the same logits."""
+"""int8 / int4 weights (quantization.json, written by ats_infer.quantize) against plain-PyTorch
+references built from ats-model:
 
+- the native integer path (every matmul whose rows are whole 32-blocks, prefill and decode alike)
+  rounds activations to int8 per 32-block (llama.cpp's Q8_0) and dots them with the weight codes
+  in exact integers; its oracle is the dequantized model with the same activation rounding
+  (activation_quantized_model), which it matches to fp32 summation order;
+- where rows are not whole 32-blocks the codes meet fp32 activations: the oracle is the plain
+  dequantized model;
+- the issue's quality gates against the fp32 ats-model, on tiny models trained on standard-library
+  source: int8 top-1 agreement >= 99% and perplexity within 1%, int4 (groups of 32) perplexity
+  within 5%.
+Every kernel set this CPU runs (scalar, avx2, avx512) gives the same logits."""
+
+import dataclasses
+import json
+import math
 from pathlib import Path
 
 import ats_native
@@ -10,9 +22,20 @@ import numpy as np
 import pytest
 import torch
 from ats_infer.quantize import dequantize_tensors, quantize_model_dir
-from ats_model import build_model, generate
+from ats_kernels.swiglu import ref_swiglu
+from ats_model import build_model
 
 SCHEMES = [(8, None), (4, 32), (4, 64)]
+# Integer path vs activation_quantized_model: the two differ in fp32 summation order only, so a
+# token's logits agree within INT_PATH_REL_TOL, unless an activation upstream landed so close to a
+# rounding boundary (x / d = k + 0.5) that those last-bit differences rounded it the other way: one
+# code step (d = max / 127 of its block) on one element, which the random tiny models (init std
+# 0.2) amplify to up to ~2e-2 of max|logit|, at that token and (through its key and value) at the
+# later tokens of its sequence. The exact integer scheme is checked kernel by kernel in
+# test_matmul.py; here: most tokens within INT_PATH_REL_TOL, every token within FLIP_REL_TOL (a
+# wrong kernel moves every token, by far more).
+INT_PATH_REL_TOL = 1e-4
+FLIP_REL_TOL = 5e-2
 
 
 def dequantized_model(model: torch.nn.Module, qdir: Path) -> torch.nn.Module:
@@ -22,8 +45,65 @@ def dequantized_model(model: torch.nn.Module, qdir: Path) -> torch.nn.Module:
     return ref
 
 
+BLOCK = 32
+
+
+def q8_0(x: torch.Tensor) -> torch.Tensor:
+    """x (..., C) rounded to int8 codes per 32-block and back (fp32 arithmetic as in matmul.cpp);
+    rows that are not whole 32-blocks stay as they are (native keeps fp32 activations there)."""
+    if x.shape[-1] % BLOCK != 0:
+        return x
+    blocks = x.reshape(*x.shape[:-1], -1, BLOCK)  # (..., C / 32, 32)
+    amax = blocks.abs().amax(-1, keepdim=True)
+    d = amax / 127
+    inv = torch.where(amax > 0, 127 / amax.clamp_min(1e-38), torch.zeros_like(amax))
+    q = torch.clamp(torch.round(blocks * inv), -127, 127)
+    return (q * d).reshape(x.shape)
+
+
+def _grouped_mlp_q8_0(
+    x_sorted: torch.Tensor,
+    tokens_per_expert: torch.Tensor,
+    w1: torch.Tensor,
+    w3: torch.Tensor,
+    w2: torch.Tensor,
+) -> torch.Tensor:
+    """ref_grouped_mlp with each expert's inputs rounded as the native integer path does."""
+    outs = []
+    for e, x_e in enumerate(torch.split(x_sorted, tokens_per_expert.tolist())):
+        xq = q8_0(x_e)
+        h = ref_swiglu(xq @ w1[e].T, xq @ w3[e].T)  # (M_e, F)
+        outs.append(q8_0(h) @ w2[e].T)  # (M_e, C)
+    return torch.cat(outs) if outs else x_sorted.new_zeros(0, w2.shape[1])
+
+
+def activation_quantized_model(model: torch.nn.Module, qdir: Path) -> torch.nn.Module:
+    """dequantized_model with Q8_0 rounding of the inputs of every quantized matmul."""
+    ref = dequantized_model(model, qdir)
+    quantized = json.loads((qdir / "quantization.json").read_text())["quantized"]
+    modules = dict(ref.named_modules())
+    for name in quantized:
+        if name == "output.weight":  # the LM head is `norm(x) @ W.T`: round norm's output
+            ref.norm.register_forward_hook(lambda _m, _a, out: q8_0(out))
+        elif name.endswith(".weight"):  # an nn.Linear
+            modules[name.removesuffix(".weight")].register_forward_pre_hook(
+                lambda _m, args: (q8_0(args[0]),)
+            )
+        else:  # stacked experts layers.N.ffn.experts.w1/w2/w3: the MoE's grouped MLP
+            moe = modules[name.rsplit(".", 2)[0]]
+            moe.kernels = dataclasses.replace(moe.kernels, grouped_mlp=_grouped_mlp_q8_0)
+    return ref
+
+
 def rel_err(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.abs(a - b).max() / np.abs(b).max())
+
+
+def assert_close_up_to_rounding_flips(out: np.ndarray, ref: np.ndarray) -> None:
+    """Logits (..., V) per token: see INT_PATH_REL_TOL and FLIP_REL_TOL."""
+    err = np.abs(out - ref).max(-1) / np.abs(ref).max()  # (...,) one per token
+    assert (err < INT_PATH_REL_TOL).mean() >= 0.5, np.sort(err.ravel())[::-1][:10]
+    assert err.max() < FLIP_REL_TOL, err.max()
 
 
 def available_kernels() -> list[str]:
@@ -38,28 +118,41 @@ def available_kernels() -> list[str]:
     return names
 
 
+# the chosen kernel set runs the integer path (NEON dots the codes with fp32 activations instead)
+integer_path = pytest.mark.skipif(
+    ats_native.cpu_features()["kernels"] == "neon", reason="NEON has no integer-activation path"
+)
+
+
+@integer_path
 @pytest.mark.parametrize("preset", ["tiny-dense", "tiny-moe"])
 @pytest.mark.parametrize(("bits", "group"), SCHEMES)
-def test_quantized_logits_match_dequantized_reference(
+def test_quantized_logits_match_activation_quantized_reference(
     saved_model, tmp_path: Path, preset: str, bits: int, group: int | None
 ) -> None:
     model, directory = saved_model(preset, tie_embeddings=False)
     qdir = quantize_model_dir(directory, tmp_path / "q", bits=bits, group_size=group)
-    ref_model = dequantized_model(model, qdir)
     ids = torch.randint(
-        0, model.config.vocab_size, (2, 23), generator=torch.Generator().manual_seed(5)
+        0, model.config.vocab_size, (4, 12), generator=torch.Generator().manual_seed(5)
     )
     with torch.no_grad():
-        ref = ref_model(ids).logits.numpy()
+        ref = activation_quantized_model(model, qdir)(ids).logits.numpy()
+        fp32_acts = dequantized_model(model, qdir)(ids).logits.numpy()
     native = ats_native.Model(str(qdir), threads=2)
     assert native.weight_format == f"int{bits}"
-    assert rel_err(native.logits(ids.numpy()), ref) < 1e-4
-    prompt = ids[0, :6]
-    with torch.no_grad():
-        expected = generate(ref_model, prompt, 12, temperature=0)[6:].tolist()
-    assert list(native.generate(prompt.numpy(), 12)) == expected
+    out = native.logits(ids.numpy())
+    assert_close_up_to_rounding_flips(out, ref)
+    # the integer path ran: the activation rounding moves most tokens far more than the tolerance
+    moved = np.abs(out - fp32_acts).max(-1) / np.abs(fp32_acts).max()  # (4, 12)
+    assert np.median(moved) > 10 * INT_PATH_REL_TOL
+    # decode steps (one row per matmul) run the same kernels as the prefill rows
+    prompt = ids[0, :6].numpy()
+    tokens = list(native.generate(prompt, 12))
+    full = native.logits(np.concatenate([prompt, tokens]))  # (18, V)
+    assert full[5:-1].argmax(-1).tolist() == tokens
 
 
+@integer_path
 def test_int4_group_128_and_shared_experts(saved_model, tmp_path: Path) -> None:
     moe = {
         "n_experts": 4,
@@ -72,11 +165,11 @@ def test_int4_group_128_and_shared_experts(saved_model, tmp_path: Path) -> None:
     }
     model, directory = saved_model("tiny-moe", dim=128, head_dim=32, ffn_dim=128, moe=moe)
     qdir = quantize_model_dir(directory, tmp_path / "q", bits=4, group_size=128)
-    ref_model = dequantized_model(model, qdir)
     ids = torch.arange(0, 30)[None] * 11 % 512
     with torch.no_grad():
-        ref = ref_model(ids).logits.numpy()
-    assert rel_err(ats_native.Model(str(qdir), threads=2).logits(ids.numpy()), ref) < 1e-4
+        ref = activation_quantized_model(model, qdir)(ids).logits.numpy()
+    out = ats_native.Model(str(qdir), threads=2).logits(ids.numpy())
+    assert_close_up_to_rounding_flips(out, ref)
 
 
 @pytest.mark.parametrize(("bits", "group"), [(None, None), *SCHEMES])
@@ -87,12 +180,13 @@ def test_kernel_sets_agree(
     if bits is not None:
         directory = quantize_model_dir(directory, tmp_path / "q", bits=bits, group_size=group)
     ids = np.arange(1, 40)[None] * 13 % 512
-    outs = {
-        k: ats_native.Model(str(directory), threads=2, kernels=k).logits(ids)
-        for k in available_kernels()
-    }
+    names = [k for k in available_kernels() if bits is None or k != "neon"]  # NEON: fp32 acts
+    outs = {k: ats_native.Model(str(directory), threads=2, kernels=k).logits(ids) for k in names}
     for name, out in outs.items():
-        assert rel_err(out, outs["scalar"]) < 1e-5, name
+        if bits is None:
+            assert rel_err(out, outs["scalar"]) < 1e-5, name
+        else:  # the sets sum in different orders: see assert_close_up_to_rounding_flips
+            assert_close_up_to_rounding_flips(out, outs["scalar"])
     chosen = ats_native.Model(str(directory), threads=1)
     assert chosen.kernels == ats_native.cpu_features()["kernels"]
 
@@ -108,7 +202,8 @@ def test_thread_counts_agree(saved_model) -> None:
 @pytest.mark.parametrize("bits", [None, 8])
 def test_odd_sizes_exercise_kernel_tails(saved_model, tmp_path: Path, bits: int | None) -> None:
     """dim 72, head_dim 18, ffn 100: no size is a multiple of the SIMD width, so every kernel
-    runs its tail code; each kernel set still matches the (dequantized) reference."""
+    runs its tail code; each kernel set still matches the (dequantized) reference (rows of 72
+    or 100 are not whole 32-blocks: the fp32-activation kernels)."""
     model, directory = saved_model("tiny-dense", dim=72, head_dim=18, ffn_dim=100)
     if bits is not None:
         directory = quantize_model_dir(directory, tmp_path / "q", bits=bits)
@@ -119,3 +214,39 @@ def test_odd_sizes_exercise_kernel_tails(saved_model, tmp_path: Path, bits: int 
     for name in available_kernels():
         out = ats_native.Model(str(directory), threads=2, kernels=name).logits(ids.numpy())
         assert rel_err(out, ref) < 1e-4, name
+
+
+def perplexity(logits: np.ndarray, targets: np.ndarray) -> float:
+    """exp(mean cross-entropy) of logits (N, T, V) against targets (N, T), in float64."""
+    z = logits.astype(np.float64)
+    z -= z.max(-1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(-1, keepdims=True))
+    return math.exp(-np.take_along_axis(logp, targets[..., None], -1).mean())
+
+
+# issue 7: (bits, group) -> (min top-1 agreement with fp32, max perplexity ratio to fp32)
+GATES = {(8, None): (0.99, 1.01), (4, 32): (None, 1.05)}
+
+
+@pytest.mark.slow  # trains two tiny models (session fixture): ~10-30 s on 2 cores
+@pytest.mark.parametrize("preset", ["tiny-dense", "tiny-moe"])
+@pytest.mark.parametrize(("bits", "group"), list(GATES))
+def test_quality_gates_on_trained_model(
+    trained_model, tmp_path: Path, preset: str, bits: int, group: int | None
+) -> None:
+    """Held-out standard-library bytes (16 windows of 256): the native quantized logits (the
+    kernels generate and logits run, at prefill and decode alike) against ats-model in fp32."""
+    model, directory, held_out = trained_model(preset)
+    ids = held_out.reshape(16, 256)
+    inputs, targets = ids[:, :-1], ids[:, 1:]
+    with torch.no_grad():
+        ref = model(torch.from_numpy(inputs)).logits.numpy()
+    qdir = quantize_model_dir(directory, tmp_path / "q", bits=bits, group_size=group)
+    out = ats_native.Model(str(qdir), threads=2).logits(inputs)
+    min_top1, max_ratio = GATES[(bits, group)]
+    ppl_ref, ppl = perplexity(ref, targets), perplexity(out, targets)
+    assert ppl_ref < 20, f"the trained fixture did not learn: held-out perplexity {ppl_ref:.1f}"
+    assert ppl / ppl_ref < max_ratio, (ppl, ppl_ref)
+    if min_top1 is not None:
+        agree = float((out.argmax(-1) == ref.argmax(-1)).mean())
+        assert agree >= min_top1, agree

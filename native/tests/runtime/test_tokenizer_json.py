@@ -72,6 +72,11 @@ def test_lone_surrogate_and_bad_files(tokenizers, tmp_path: Path) -> None:
     (tmp_path / "c.json").write_text(ref.to_json()[:-40])
     with pytest.raises(ValueError, match="invalid JSON"):
         ats_native.Tokenizer(str(tmp_path / "c.json"))
+    data = json.loads(ref.to_json())  # an id far past the table (fuzzing: a 4 GB allocation)
+    data["added_tokens"][0]["id"] = 1_000_000_000
+    (tmp_path / "d.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="token id 1000000000 is not below"):
+        ats_native.Tokenizer(str(tmp_path / "d.json"))
 
 
 def test_ascii_escaped_file_reads_the_same(tokenizers, tmp_path: Path) -> None:

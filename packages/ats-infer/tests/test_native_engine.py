@@ -10,9 +10,13 @@ from ats_infer.tensor_files import load_tensors
 
 ats_native = pytest.importorskip("ats_native")
 
-# Native int8/int4 dot products against float32 math on the dequantized weights: only summation
-# order differs (quantization error itself is ~1e-2 of the logits, far above this).
-REL_TOL = 1e-3
+# Native int8/int4 matmuls round their activations to int8 per 32-block (llama.cpp's Q8_0) and dot
+# them with the codes in integers (native/README.md); float32 math on the dequantized weights
+# differs from that by the activation rounding: 2e-3 to 3.5e-2 of max|logit| on these random
+# models. The exact integer scheme is tested against a numpy reference in native/tests/runtime
+# (test_matmul.py, and test_quantized.py against an activation-rounding ats-model); here the bound
+# is the rounding's scale: a wrong code layout or scale moves logits by O(1).
+REL_TOL = 5e-2
 
 
 def ids_for(vocab: int, shape: tuple[int, int], seed: int = 0) -> np.ndarray:
@@ -42,8 +46,8 @@ def test_quantized_logits_match_the_python_dequantizer(
     got = model.logits(ids)
     assert got.shape == ref.shape and got.dtype == np.float32
     assert np.abs(got - ref).max() <= REL_TOL * np.abs(ref).max()
-    single = model.logits(ids[1, :7])  # (T,) input and another length: the decode-sized path
-    np.testing.assert_allclose(single, ref[1, :7], atol=REL_TOL * np.abs(ref).max())
+    # (T,) input and another length: each row's result does not depend on the batch around it
+    np.testing.assert_array_equal(model.logits(ids[1, :7]), got[1, :7])
 
 
 @pytest.fixture(scope="module")
