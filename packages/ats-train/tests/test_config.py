@@ -97,12 +97,6 @@ def test_bad_values_name_key_and_value(overrides: list[str], message: str) -> No
         load_config(None, overrides)
 
 
-@pytest.mark.parametrize("backend", ["deepspeed", "colossalai"])
-def test_planned_backends_say_not_implemented(backend: str) -> None:
-    with pytest.raises(ConfigError, match=f"parallel.backend = '{backend}' is not implemented yet"):
-        load_config(None, [f"parallel.backend={backend}"])
-
-
 def test_wrong_type_in_toml_names_the_key(tmp_path: Path) -> None:
     path = tmp_path / "run.toml"
     path.write_text('[train]\nsteps = "many"\n')

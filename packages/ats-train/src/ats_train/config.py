@@ -24,8 +24,13 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 SCHEDULES = ("cosine", "wsd")
 DEVICES = ("auto", "cpu", "cuda")
 LOADER_MODES = ("random", "packed")
-BACKENDS_IMPLEMENTED = ("single", "ddp", "fsdp2")  # ddp and fsdp2 run under torchrun
-BACKENDS_PLANNED = ("deepspeed", "colossalai")
+# every backend but single runs under torchrun (deepspeed also under the `deepspeed` launcher)
+BACKENDS_IMPLEMENTED = ("single", "ddp", "fsdp2", "deepspeed", "colossalai")
+OFFLOAD_DEVICES = ("none", "cpu", "nvme")  # deepspeed: where ZeRO keeps optimizer/parameters
+# colossalai runs only in the isolated env envs/colossalai (torch 2.5.1), on CUDA; Gemini needs
+# HybridAdam's CUDA kernels and has never run here (envs/colossalai/README.md)
+COLOSSALAI_PLUGINS = ("low_level_zero",)
+COLOSSALAI_PLUGINS_PLANNED = ("gemini",)
 KERNELS = ("auto", "reference", "triton", "cuda")
 
 
@@ -86,6 +91,7 @@ class TrainSection:
     precision: str = "fp32"
     compile: bool = False
     activation_checkpointing: bool = False
+    cuda_graphs: bool = False  # forward + backward replayed from CUDA graphs (cuda_graphs.py)
     eval_every: int = 100  # 0 = only at the end
     eval_batches: int = 4
     log_every: int = 25
@@ -174,17 +180,51 @@ class CheckpointSection:
 class ParallelSection:
     backend: str = "single"
     cpu_offload: bool = False  # fsdp2 only: parameters, gradients and optimizer state on the CPU
+    colossalai_plugin: str = "low_level_zero"  # colossalai only: LowLevelZero (ZeRO-2)
+    # deepspeed only (backends/deepspeed_config.py turns these into DeepSpeed's JSON)
+    zero_stage: int = 1  # 1: optimizer state, 2: + gradients, 3: + parameters sharded
+    offload_optimizer: str = "none"  # none | cpu | nvme (ZeRO-Offload / ZeRO-Infinity)
+    offload_param: str = "none"  # none | cpu | nvme; zero_stage 3 only
+    nvme_path: str = ""  # a writable local directory; required when an offload is "nvme"
+    deepspeed_config: str = ""  # the user's own DeepSpeed JSON, used instead of the generated one
 
     def __post_init__(self) -> None:
-        if self.backend in BACKENDS_PLANNED:
-            raise ConfigError(
-                f"parallel.backend = {self.backend!r} is not implemented yet "
-                f"(implemented: {', '.join(BACKENDS_IMPLEMENTED)})"
-            )
         _choice("parallel.backend", self.backend, BACKENDS_IMPLEMENTED)
         _require(
             not self.cpu_offload or self.backend == "fsdp2",
             f"parallel.cpu_offload = true needs parallel.backend = 'fsdp2', not {self.backend!r}",
+        )
+        if self.colossalai_plugin in COLOSSALAI_PLUGINS_PLANNED:
+            raise ConfigError(
+                f"parallel.colossalai_plugin = {self.colossalai_plugin!r} is not implemented yet "
+                f"(implemented: {', '.join(COLOSSALAI_PLUGINS)})"
+            )
+        _choice("parallel.colossalai_plugin", self.colossalai_plugin, COLOSSALAI_PLUGINS)
+        _require(
+            self.zero_stage in (1, 2, 3),
+            f"parallel.zero_stage = {self.zero_stage} is not 1, 2 or 3",
+        )
+        _choice("parallel.offload_optimizer", self.offload_optimizer, OFFLOAD_DEVICES)
+        _choice("parallel.offload_param", self.offload_param, OFFLOAD_DEVICES)
+        offloads = {"parallel.offload_optimizer": self.offload_optimizer}
+        offloads["parallel.offload_param"] = self.offload_param
+        for key, value in offloads.items():
+            _require(
+                value == "none" or self.backend == "deepspeed",
+                f"{key} = {value!r} needs parallel.backend = 'deepspeed', not {self.backend!r}",
+            )
+            _require(
+                value != "nvme" or self.nvme_path != "",
+                f"{key} = 'nvme' needs parallel.nvme_path, a writable local directory",
+            )
+        _require(
+            self.offload_param == "none" or self.zero_stage == 3,
+            f"parallel.offload_param = {self.offload_param!r} needs parallel.zero_stage = 3 "
+            f"(only ZeRO-3 partitions parameters), not {self.zero_stage}",
+        )
+        _require(
+            self.deepspeed_config == "" or self.backend == "deepspeed",
+            f"parallel.deepspeed_config needs parallel.backend = 'deepspeed', not {self.backend!r}",
         )
 
 

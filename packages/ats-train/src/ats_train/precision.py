@@ -26,11 +26,14 @@ class Precision:
         return _DTYPES[self.name]
 
     @contextlib.contextmanager
-    def autocast(self) -> Iterator[None]:
+    def autocast(self, cache: bool = True) -> Iterator[None]:
+        """cache=False: no reuse of weight casts across calls (CUDA graph capture requires it)."""
         if self.autocast_dtype is None:
             yield
             return
-        with torch.autocast(device_type=self.device_type, dtype=self.autocast_dtype):
+        with torch.autocast(
+            device_type=self.device_type, dtype=self.autocast_dtype, cache_enabled=cache
+        ):
             yield
 
 

@@ -39,6 +39,7 @@ from ats_train.checkpoint import (
     step_dir_name,
 )
 from ats_train.config import ConfigError, TrainConfig, TrainSection, to_toml
+from ats_train.cuda_graphs import GraphedLoss, LossParts, check_cuda_graphs
 from ats_train.data import TrainData, build_data
 from ats_train.lr import LRSchedule, build_lr_schedule
 from ats_train.metrics import Metrics, stats_record
@@ -85,6 +86,7 @@ class Trainer:
     # issue 8: decides between steps (its state is saved with every checkpoint); faults: drills
     orchestrator: Orchestrator = field(default_factory=Orchestrator.disabled)
     faults: Faults = field(default_factory=lambda: Faults(FaultsSection()))
+    graphed: GraphedLoss | None = None  # train.cuda_graphs: forward + backward from CUDA graphs
 
     # ---- the loop ------------------------------------------------------------------------------
     def train(self) -> None:
@@ -164,24 +166,31 @@ class Trainer:
         for i, (xm, ym) in enumerate(zip(x.split(micro), y.split(micro), strict=True)):
             xm = xm.to(self.backend.device, non_blocking=True)  # (micro, T)
             ym = ym.to(self.backend.device, non_blocking=True)  # (micro, T)
-            with self.precision.autocast():
-                output = self.model(xm, targets=ym)
-            loss = output.loss
-            for name, value in output.aux.items():
+            lm_loss, aux, stats = self.losses(xm, ym)
+            loss = lm_loss
+            for name, value in aux.items():
                 if name not in weights:
                     raise KeyError(f"model returned aux loss {name!r}; TrainConfig has no weight")
                 loss = loss + weights[name] * value
             self.backend.backward(loss / n_micro, last_micro_batch=i == n_micro - 1)
-            loss_sum += output.loss.detach()
-            for name, value in output.aux.items():
+            loss_sum += lm_loss.detach()
+            for name, value in aux.items():
                 aux_sums[name] = aux_sums.get(name, 0.0) + value.detach().double()
-            for name, value in output.stats.items():
+            for name, value in stats.items():
                 stats_sums[name] = stats_sums.get(name, 0.0) + value.detach().double()
         return StepOutput(
             loss=float(loss_sum / n_micro),
             aux={k: float(v / n_micro) for k, v in aux_sums.items()},
             stats={k: (v / n_micro).cpu() for k, v in stats_sums.items()},
         )
+
+    def losses(self, x: torch.Tensor, y: torch.Tensor) -> LossParts:
+        """One micro-batch's forward: (LM loss, unweighted aux losses, detached stats)."""
+        if self.graphed is not None:
+            return self.graphed(x, y)
+        with self.precision.autocast():
+            output = self.model(x, targets=y)
+        return output.loss, output.aux, output.stats
 
     @property
     def micro_batch_size(self) -> int:
@@ -197,18 +206,34 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self) -> float:
-        """Mean validation loss over the first train.eval_batches batches of a fresh val loader."""
+        """Token-weighted mean validation loss over the first train.eval_batches GLOBAL batches
+        (train.batch_size windows each) of a fresh val loader, whatever the world size.
+
+        The loader's global batch is split over ranks (each takes its slice, run in micro-batches),
+        and sum(loss * tokens) / sum(tokens) is reduced over ranks, so 1 and N ranks see the same
+        windows and give the same loss (up to float summation order; MoE capacity, which is per
+        micro-batch, must see equal micro-batches: set train.micro_batch_size or run dropless).
+        """
         train = self.config.train
-        loader = build_loader(self.config, self.data, "val", self.micro_batch_size, self.backend)
+        per_rank = train.batch_size // self.backend.world_size
+        loader = build_loader(self.config, self.data, "val", per_rank, self.backend)
         self.model.eval()
-        total = 0.0
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.backend.device)
+        tokens = 0
         for _ in range(train.eval_batches):
-            x, y = next(loader)
-            with self.precision.autocast():
-                output = self.model(x.to(self.backend.device), targets=y.to(self.backend.device))
-            total += float(output.loss)
+            x, y = next(loader)  # (per_rank, T) each: this rank's slice of the global batch
+            micro = self.micro_batch_size
+            for xm, ym in zip(x.split(micro), y.split(micro), strict=True):
+                n = int((ym != -100).sum())  # the loss is a mean over targets != -100 (host count)
+                with self.precision.autocast():
+                    output = self.model(
+                        xm.to(self.backend.device), targets=ym.to(self.backend.device)
+                    )
+                loss_sum += output.loss.double() * n
+                tokens += n
         self.model.train()
-        return self.backend.all_reduce_mean(total / train.eval_batches)
+        # mean over ranks of both sums: their ratio is the ratio of the global sums
+        return self.backend.all_reduce_mean(float(loss_sum)) / self.backend.all_reduce_mean(tokens)
 
     # ---- checkpoints ---------------------------------------------------------------------------
     def save(self) -> Path:
@@ -410,7 +435,7 @@ def build_trainer(config: TrainConfig, run_dir: Path) -> Trainer:
     train = config.train
     device = resolve_device(train.device)
     precision = build_precision(train.precision, device)
-    backend = build_backend(config.parallel, device, precision)
+    backend = build_backend(config.parallel, device, precision, config=config)
     if train.batch_size % backend.world_size:
         raise ConfigError(
             f"train.batch_size = {train.batch_size} is not divisible by the world size "
@@ -424,6 +449,7 @@ def build_trainer(config: TrainConfig, run_dir: Path) -> Trainer:
     model_config: ModelConfig = build_model_config(run_config.model, data.vocab_size, train.seq_len)
     if resume_from is not None:
         check_same_model(read_config(resume_from), model_config, resume_from)
+    check_cuda_graphs(run_config, model_config, device, backend.world_size)
     resume_step = checkpoint_step(resume_from) if resume_from is not None else None
     if backend.is_main:
         write_resolved_config(run_dir, config, resume_step)
@@ -438,7 +464,7 @@ def build_trainer(config: TrainConfig, run_dir: Path) -> Trainer:
     per_rank = train.batch_size // backend.world_size
     train_loader = build_loader(config, data, "train", per_rank, backend)
     # Built once here so a val split too small for one batch fails now, not at the first eval.
-    build_loader(config, data, "val", micro_batch_size(train, backend.world_size), backend)
+    build_loader(config, data, "val", per_rank, backend)
     trainer = Trainer(
         config=config,
         run_dir=run_dir,
@@ -463,6 +489,8 @@ def build_trainer(config: TrainConfig, run_dir: Path) -> Trainer:
     trainer.orchestrator.attach(raw_model)
     trainer.faults = Faults(config.faults)
     trainer.faults.attach(raw_model)
+    if train.cuda_graphs:
+        trainer.graphed = GraphedLoss(model, lambda: precision.autocast(cache=False))
     trainer.metrics.message(data.note)
     total, active = count_params(model_config)
     trainer.metrics.message(

@@ -32,10 +32,15 @@ def run_ats_train(args: list[str], nproc: int | None) -> subprocess.CompletedPro
     return launch(["-m", "ats_train.cli", *args], nproc)
 
 
+def train_records(run_dir: Path) -> dict[int, dict]:
+    """step -> the train record of run_dir/metrics.jsonl."""
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r for r in records if r["kind"] == "train"}
+
+
 def train_losses(run_dir: Path) -> dict[int, float]:
     """step -> train loss from run_dir/metrics.jsonl."""
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return {r["step"]: r["loss"] for r in records if r["kind"] == "train"}
+    return {step: r["loss"] for step, r in train_records(run_dir).items()}
 
 
 def model_weights(run_dir: Path) -> dict[str, torch.Tensor]:

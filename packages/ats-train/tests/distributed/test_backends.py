@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from ats_train_torchrun import model_weights, run_ats_train, train_losses
+from ats_train_torchrun import model_weights, run_ats_train, train_losses, train_records
 
 pytestmark = [pytest.mark.dist, pytest.mark.slow]
 
@@ -70,6 +70,12 @@ def test_two_ranks_reproduce_the_single_process_run(
     got = train_losses(tmp_path)
     assert got.keys() == want.keys() == set(range(1, STEPS + 1))
     _assert_same_losses(got, want)
+    # every MoE / MoD layer reports its record on every step (fsdp2 shards per block; blocks
+    # that lost their records would show fewer rows). Aux values are rank 0's micro-batches only.
+    for step, record in train_records(tmp_path).items():
+        for key in ("moe/entropy", "moe/expert_fraction", "mod/selected_fraction"):
+            assert len(record[key]) == len(train_records(reference)[step][key]), (step, key)
+    assert len(train_records(reference)[1]["moe/entropy"]) == 2  # tiny-hybrid: 2 MoE layers
     ref_w, w = model_weights(reference), model_weights(tmp_path)
     assert w.keys() == ref_w.keys()
     for name in ref_w:

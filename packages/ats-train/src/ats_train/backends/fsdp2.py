@@ -1,11 +1,17 @@
 """`fsdp2`: torch.distributed.fsdp.fully_shard (FSDP2): parameters, gradients and optimizer state
-sharded over ranks, the whole model as one all-gather / reduce-scatter unit (the root).
+sharded over ranks, torchtitan's layout: each transformer block is one all-gather / reduce-scatter
+unit, then the root (embeddings, final norm, LM head). A block returns its MoE / MoD records with
+its output, so FSDP2 hooks their aux-loss tensors like the hidden state and none is lost.
 
-Not per block yet (torchtitan's layout): ats_model's blocks append their MoE/MoD records to the
-Context they receive, and FSDP2's pre-forward hook rebuilds dataclass arguments that hold tensors
-requiring grad, so from the second MoE layer on the records (and their aux losses) would be lost
-(measured: moe_lb halved). Per-block units need the blocks to return their records. Optional MixedPrecisionPolicy (train.precision = bf16:
-bf16 parameters in compute, fp32 gradient reduction) and CPUOffloadPolicy (parallel.cpu_offload).
+MoE experts stay inside their block's unit: every expert of a block runs on every micro-batch (the
+router spreads tokens over all of them), so a separate expert unit would be all-gathered at the same
+moment as the rest of the block and only add collectives; separate expert units pay off with expert
+parallelism (experts sharded over their own mesh), which ATS does not do.
+
+Optional MixedPrecisionPolicy (train.precision = bf16: bf16 parameters in compute, fp32 gradient
+reduction) and CPUOffloadPolicy (parallel.cpu_offload), the same for every unit. Blocks do not cast
+their inputs (cast_forward_inputs=False): the residual stream is already bf16 and the RoPE tables in
+the block context stay fp32, as they are in the single-device run.
 Checkpoints are gathered with torch.distributed.checkpoint's state-dict API (full_state_dict,
 cpu_offload) and written by rank 0 in the single backend's format, so they resume on any world
 size and the model directory is a plain ATS model directory.
@@ -71,14 +77,20 @@ class FSDP2Backend:
     ) -> tuple[nn.Module, torch.optim.Optimizer]:
         names = {id(p): n for n, p in model.named_parameters()}
         self._group_names = [[names[id(p)] for p in g["params"]] for g in optimizer.param_groups]
-        shard_options: dict[str, object] = {}
+        root_options: dict[str, object] = {}
+        block_options: dict[str, object] = {}
         if self.precision.name == "bf16":
-            shard_options["mp_policy"] = MixedPrecisionPolicy(
+            root_options["mp_policy"] = MixedPrecisionPolicy(
                 param_dtype=torch.bfloat16, reduce_dtype=torch.float32
             )
+            block_options["mp_policy"] = MixedPrecisionPolicy(
+                param_dtype=torch.bfloat16, reduce_dtype=torch.float32, cast_forward_inputs=False
+            )
         if self.cpu_offload:
-            shard_options["offload_policy"] = CPUOffloadPolicy()
-        fully_shard(model, **shard_options)
+            root_options["offload_policy"] = block_options["offload_policy"] = CPUOffloadPolicy()
+        for block in model.layers:
+            fully_shard(block, **block_options)
+        fully_shard(model, **root_options)
         self._model = model
         # fully_shard replaced every parameter by a sharded DTensor parameter of the same name;
         # the optimizer (built before sharding, no state yet) is pointed at those.

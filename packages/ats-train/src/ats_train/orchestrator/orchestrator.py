@@ -128,9 +128,16 @@ class Orchestrator:
             return
         params = list(trainer.raw_model.parameters())
         # matrices only: what weight decay acts on (norm gains at 1.0 would dominate a tiny model);
-        # one host sync per quantity, not one per tensor
-        matrices = [p.detach().float().norm() for p in params if p.ndim >= 2]
-        record["param_norm"] = float(torch.stack(matrices).norm())
+        # one fused launch for all norms and one host sync per quantity, not one per tensor
+        matrices = [p.detach() for p in params if p.ndim >= 2]
+        if not matrices:
+            # DeepSpeed ZeRO-3 leaves each rank empty 1-D placeholders (the values live in its
+            # partitions): no parameter norm or update ratio is measured there.
+            record["param_norm"] = record["update_ratio"] = None
+            self._snapshot = None
+        else:
+            norms = torch._foreach_norm(matrices)
+            record["param_norm"] = float(torch.stack([n.float() for n in norms]).norm())
         if self._snapshot is not None and len(self._snapshot) == len(params):
             pairs = list(zip(params, self._snapshot, strict=True))
             delta = torch.stack([(p.detach().float() - q.float()).norm() for p, q in pairs]).norm()

@@ -1,0 +1,169 @@
+"""The DeepSpeed JSON config of a run: generated from TrainConfig, or the user's own file
+(parallel.deepspeed_config) checked against it, plus the NVMe-path checks made before any rank
+joins the process group.
+
+Batch keys: train.batch_size is global, so DeepSpeed's train_batch_size = train.batch_size,
+train_micro_batch_size_per_gpu = the trainer's micro-batch, gradient_accumulation_steps = per-rank
+batch / micro-batch (DeepSpeed asserts the product; a user file that disagrees is refused here, naming
+the key and both values).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ats_train.config import ConfigError, ParallelSection, TrainConfig
+from ats_train.trainer import micro_batch_size  # the trainer owns the micro-batch rule
+
+# ATS logs its own metrics; DeepSpeed's progress line every N steps would only repeat them.
+NEVER_PRINT = 2**31 - 1
+
+
+def batch_keys(config: TrainConfig, world_size: int) -> dict[str, int]:
+    train = config.train
+    micro = micro_batch_size(train, world_size)
+    return {
+        "train_batch_size": train.batch_size,
+        "train_micro_batch_size_per_gpu": micro,
+        "gradient_accumulation_steps": train.batch_size // world_size // micro,
+    }
+
+
+def _offload(device: str, nvme_path: str, pin_memory: bool) -> dict[str, Any]:
+    if device == "nvme":
+        return {"device": "nvme", "nvme_path": nvme_path, "pin_memory": pin_memory}
+    return {"device": device, "pin_memory": pin_memory}
+
+
+def generate(config: TrainConfig, world_size: int, device_type: str) -> dict[str, Any]:
+    """DeepSpeed's config from parallel.* (ZeRO stage, offload), train.* (batch, precision) and
+    optim.grad_clip; the optimizer itself is ATS's (optim.*), passed to deepspeed.initialize."""
+    parallel, precision = config.parallel, config.train.precision
+    pin = device_type == "cuda"  # pinned host memory speeds up GPU<->CPU copies; moot on a CPU run
+    zero: dict[str, Any] = {"stage": parallel.zero_stage}
+    if parallel.offload_optimizer != "none":
+        zero["offload_optimizer"] = _offload(parallel.offload_optimizer, parallel.nvme_path, pin)
+    if parallel.offload_param != "none":
+        zero["offload_param"] = _offload(parallel.offload_param, parallel.nvme_path, pin)
+    ds: dict[str, Any] = {
+        **batch_keys(config, world_size),
+        # 0 = no clipping, as optim.grad_clip; DeepSpeed still measures the norm
+        "gradient_clipping": config.optim.grad_clip,
+        "zero_optimization": zero,
+        "bf16": {"enabled": precision == "bf16"},
+        "steps_per_print": NEVER_PRINT,
+    }
+    if precision == "fp16":
+        # Dynamic loss scaling with torch.amp.GradScaler's constants (the single backend's):
+        # start at 2**16, halve on overflow at once (hysteresis 1), double after 2000 clean steps.
+        ds["fp16"] = {
+            "enabled": True,
+            "loss_scale": 0,
+            "initial_scale_power": 16,
+            "loss_scale_window": 2000,
+            "hysteresis": 1,
+            "min_loss_scale": 1,
+        }
+    return ds
+
+
+def _precision_of(ds: dict[str, Any]) -> str:
+    enabled = [name for name in ("bf16", "fp16") if ds.get(name, {}).get("enabled") is True]
+    if len(enabled) > 1:
+        raise ConfigError("DeepSpeed config enables both bf16 and fp16")
+    return enabled[0] if enabled else "fp32"
+
+
+def load_user(path: Path, config: TrainConfig, world_size: int) -> dict[str, Any]:
+    """The user's DeepSpeed JSON; its batch keys and precision must agree with train.* ("auto"
+    takes ATS's value), and it may not define an optimizer or scheduler: ATS builds AdamW from
+    optim.* (no weight decay on norms and embeddings) and sets the LR itself every step."""
+    ds = _read_json(path)
+    for key in ("optimizer", "scheduler"):
+        if key in ds:
+            raise ConfigError(
+                f"{path}: remove {key!r}; ATS builds the optimizer from optim.* and sets the "
+                "learning rate every step (optim.schedule)"
+            )
+    stage = ds.get("zero_optimization", {}).get("stage", 0)
+    if stage not in (1, 2, 3):
+        raise ConfigError(
+            f"{path}: zero_optimization.stage = {stage!r}; parallel.backend = 'deepspeed' runs "
+            "ZeRO stage 1, 2 or 3 (for plain data parallelism use parallel.backend = 'ddp')"
+        )
+    for key, ours in batch_keys(config, world_size).items():
+        theirs = ds.get(key, "auto")
+        if theirs == "auto":
+            ds[key] = ours
+        elif theirs != ours:
+            raise ConfigError(
+                f"{path}: {key} = {theirs!r} but train.batch_size = {config.train.batch_size}, "
+                f"train.micro_batch_size = {config.train.micro_batch_size} on {world_size} "
+                f"rank(s) give {key} = {ours}"
+            )
+    theirs = _precision_of(ds)
+    if theirs != config.train.precision:
+        raise ConfigError(
+            f"{path}: enables {theirs} but train.precision = {config.train.precision!r}; "
+            "set the same precision in both"
+        )
+    ds.setdefault("steps_per_print", NEVER_PRINT)
+    return ds
+
+
+def build_ds_config(config: TrainConfig, world_size: int, device_type: str) -> dict[str, Any]:
+    path = config.parallel.deepspeed_config
+    if path:
+        return load_user(Path(path).expanduser(), config, world_size)
+    return generate(config, world_size, device_type)
+
+
+def offload_device(ds: dict[str, Any], what: str) -> str:
+    """Where ds's ZeRO section puts `what` (optimizer or param): none, cpu or nvme."""
+    section = ds.get("zero_optimization", {}).get(f"offload_{what}")
+    return "none" if section is None else section.get("device", "none")
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ConfigError(f"parallel.deepspeed_config = {str(path)!r} does not exist")
+    try:
+        ds = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"parallel.deepspeed_config {path} is not valid JSON: {e}") from e
+    if not isinstance(ds, dict):
+        raise ConfigError(f"parallel.deepspeed_config {path} must hold a JSON object")
+    return ds
+
+
+def _check_writable_dir(key: str, value: str) -> None:
+    path = Path(value).expanduser()
+    if not value or not path.is_dir():
+        raise ConfigError(f"{key} = {value!r} is not a directory")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(f"{key} = {value!r} is not writable")
+    try:  # also catches what permission bits do not tell (read-only mounts, root)
+        with tempfile.NamedTemporaryFile(dir=path):
+            pass
+    except OSError as e:
+        raise ConfigError(f"{key} = {value!r} is not writable: {e.strerror or e}") from e
+
+
+def check_nvme_paths(parallel: ParallelSection) -> None:
+    """Every NVMe offload directory (parallel.nvme_path, or the user JSON's nvme_path) must exist
+    and take a new file: checked before any rank joins the process group or allocates a model."""
+    if "nvme" in (parallel.offload_optimizer, parallel.offload_param):
+        _check_writable_dir("parallel.nvme_path", parallel.nvme_path)
+    if not parallel.deepspeed_config:
+        return
+    path = Path(parallel.deepspeed_config).expanduser()
+    zero = _read_json(path).get("zero_optimization", {})
+    for what in ("optimizer", "param"):
+        section = zero.get(f"offload_{what}") or {}
+        if section.get("device") == "nvme":
+            key = f"{path}: zero_optimization.offload_{what}.nvme_path"
+            _check_writable_dir(key, str(section.get("nvme_path", "")))

@@ -1,0 +1,188 @@
+"""The DeepSpeed JSON generated from TrainConfig, the user's JSON checked against train.*, and the
+bad inputs refused before any rank starts (no ranks here; tests/distributed runs the engine)."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from ats_train.backends import build_backend
+from ats_train.backends.deepspeed_config import (
+    build_ds_config,
+    check_nvme_paths,
+    generate,
+    load_user,
+    offload_device,
+)
+from ats_train.config import ConfigError, ParallelSection, load_config
+from ats_train.precision import build_precision
+
+
+def _config(*overrides: str):  # noqa: ANN202
+    base = ["parallel.backend=deepspeed", "train.batch_size=8", "train.micro_batch_size=2"]
+    return load_config(None, [*base, *overrides])
+
+
+def test_generated_config_follows_train_optim_and_parallel(tmp_path: Path) -> None:
+    config = _config(
+        "parallel.zero_stage=3",
+        "parallel.offload_optimizer=nvme",
+        "parallel.offload_param=cpu",
+        f"parallel.nvme_path={tmp_path}",
+        "train.precision=bf16",
+        "optim.grad_clip=0.5",
+    )
+    ds = generate(config, world_size=2, device_type="cuda")
+    # 8 global sequences = 2 ranks x 2 per micro-batch x 2 accumulation steps
+    assert ds["train_batch_size"] == 8
+    assert ds["train_micro_batch_size_per_gpu"] == 2
+    assert ds["gradient_accumulation_steps"] == 2
+    assert ds["gradient_clipping"] == 0.5
+    assert ds["bf16"] == {"enabled": True}
+    assert "fp16" not in ds
+    assert ds["zero_optimization"] == {
+        "stage": 3,
+        "offload_optimizer": {"device": "nvme", "nvme_path": str(tmp_path), "pin_memory": True},
+        "offload_param": {"device": "cpu", "pin_memory": True},
+    }
+    assert offload_device(ds, "optimizer") == "nvme"
+    assert offload_device(ds, "param") == "cpu"
+
+
+def test_generated_config_fp16_uses_gradscaler_constants_and_no_offload() -> None:
+    ds = generate(_config("train.precision=fp16"), world_size=4, device_type="cpu")
+    assert ds["gradient_accumulation_steps"] == 1  # 8 / 4 ranks = 2 = one micro-batch
+    assert ds["zero_optimization"] == {"stage": 1}
+    assert ds["fp16"]["enabled"] and 2 ** ds["fp16"]["initial_scale_power"] == 65536.0
+    assert ds["fp16"]["loss_scale_window"] == torch.amp.GradScaler("cpu").get_growth_interval()
+    assert ds["bf16"] == {"enabled": False}
+    assert offload_device(ds, "optimizer") == offload_device(ds, "param") == "none"
+
+
+def _write(tmp_path: Path, ds: dict) -> Path:
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps(ds))
+    return path
+
+
+def test_user_json_is_used_and_auto_batch_keys_take_ours(tmp_path: Path) -> None:
+    user = {
+        "train_batch_size": "auto",
+        "train_micro_batch_size_per_gpu": 2,
+        "zero_optimization": {"stage": 2, "overlap_comm": True},
+    }
+    config = _config(f"parallel.deepspeed_config={_write(tmp_path, user)}")
+    ds = build_ds_config(config, world_size=2, device_type="cpu")
+    assert ds["train_batch_size"] == 8
+    assert ds["gradient_accumulation_steps"] == 2
+    assert ds["zero_optimization"] == {"stage": 2, "overlap_comm": True}
+
+
+def test_user_json_batch_mismatch_names_key_and_both_values(tmp_path: Path) -> None:
+    path = _write(tmp_path, {"train_batch_size": 16, "zero_optimization": {"stage": 1}})
+    with pytest.raises(
+        ConfigError, match=r"train_batch_size = 16 but .* give train_batch_size = 8"
+    ):
+        load_user(path, _config(), world_size=2)
+    path = _write(tmp_path, {"gradient_accumulation_steps": 1, "zero_optimization": {"stage": 1}})
+    with pytest.raises(ConfigError, match="gradient_accumulation_steps = 1 but .* = 2"):
+        load_user(path, _config(), world_size=2)
+
+
+@pytest.mark.parametrize(
+    ("ds", "message"),
+    [
+        ({"zero_optimization": {"stage": 1}, "optimizer": {"type": "Adam"}}, "remove 'optimizer'"),
+        ({"zero_optimization": {"stage": 1}, "scheduler": {}}, "remove 'scheduler'"),
+        ({"zero_optimization": {"stage": 0}}, r"zero_optimization.stage = 0; .* 'ddp'"),
+        ({}, "zero_optimization.stage = 0"),
+        (
+            {"zero_optimization": {"stage": 1}, "bf16": {"enabled": True}},
+            "enables bf16 but train.precision = 'fp32'",
+        ),
+    ],
+)
+def test_user_json_that_ats_cannot_run_is_refused(ds: dict, message: str, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_user(_write(tmp_path, ds), _config(), world_size=2)
+
+
+def test_user_json_missing_or_malformed(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_user(tmp_path / "nope.json", _config(), world_size=2)
+    (tmp_path / "bad.json").write_text("{stage: 3")
+    with pytest.raises(ConfigError, match="is not valid JSON"):
+        load_user(tmp_path / "bad.json", _config(), world_size=2)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        (
+            {"zero_stage": 2, "offload_param": "cpu"},
+            "parallel.offload_param = 'cpu' needs parallel.zero_stage = 3 .* not 2",
+        ),
+        ({"zero_stage": 4}, "parallel.zero_stage = 4 is not 1, 2 or 3"),
+        ({"offload_optimizer": "disk"}, "parallel.offload_optimizer = 'disk' is not one of"),
+        ({"offload_optimizer": "nvme"}, "'nvme' needs parallel.nvme_path"),
+        (
+            {"backend": "ddp", "offload_optimizer": "cpu"},
+            "offload_optimizer = 'cpu' needs parallel.backend = 'deepspeed', not 'ddp'",
+        ),
+        ({"backend": "fsdp2", "deepspeed_config": "x.json"}, "deepspeed_config needs"),
+    ],
+)
+def test_parallel_section_refuses_inconsistent_keys(fields: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        ParallelSection(**{"backend": "deepspeed", **fields})
+
+
+def test_nvme_path_missing_is_refused_before_any_rank_starts(tmp_path: Path) -> None:
+    """build_backend checks the path first: no torchrun environment is needed to see the error."""
+    config = _config("parallel.offload_optimizer=nvme", f"parallel.nvme_path={tmp_path / 'no'}")
+    cpu = torch.device("cpu")
+    with pytest.raises(ConfigError, match=r"parallel.nvme_path = '.*/no' is not a directory"):
+        build_backend(config.parallel, cpu, build_precision("fp32", cpu), config=config)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ConfigError, match="is not a directory"):
+        check_nvme_paths(
+            ParallelSection(
+                "deepspeed", offload_param="nvme", zero_stage=3, nvme_path=str(tmp_path / "file")
+            )
+        )
+    check_nvme_paths(
+        ParallelSection("deepspeed", offload_param="nvme", zero_stage=3, nvme_path=str(tmp_path))
+    )
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="/proc is Linux's read-only directory")
+def test_nvme_path_not_writable_is_refused() -> None:
+    """/proc refuses new files even for root (for whom permission bits would not)."""
+    parallel = ParallelSection("deepspeed", offload_optimizer="nvme", nvme_path="/proc")
+    with pytest.raises(ConfigError, match="parallel.nvme_path = '/proc' is not writable"):
+        check_nvme_paths(parallel)
+
+
+def test_missing_deepspeed_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "deepspeed", None)  # `import deepspeed` now fails
+    config = _config()
+    cpu = torch.device("cpu")
+    with pytest.raises(ConfigError, match=r"uv sync --extra deepspeed.*ats-train\[deepspeed\]"):
+        build_backend(config.parallel, cpu, build_precision("fp32", cpu), config=config)
+
+
+def test_nvme_path_in_the_user_json_is_checked_too(tmp_path: Path) -> None:
+    zero = {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/no/such/dir"}}
+    path = _write(tmp_path, {"zero_optimization": zero})
+    parallel = ParallelSection("deepspeed", deepspeed_config=str(path))
+    with pytest.raises(
+        ConfigError, match="zero_optimization.offload_optimizer.nvme_path = '/no/such/dir' is not"
+    ):
+        check_nvme_paths(parallel)
+    zero["offload_optimizer"]["nvme_path"] = str(tmp_path)
+    check_nvme_paths(
+        ParallelSection(
+            "deepspeed", deepspeed_config=str(_write(tmp_path, {"zero_optimization": zero}))
+        )
+    )

@@ -1,0 +1,130 @@
+"""deepspeed on 2 real gloo ranks (torchrun; DeepSpeed's CPU accelerator falls back to torch's gloo
+without oneCCL, deepspeed/accelerator/cpu_accelerator.py) against the single-process run: ZeRO-2
+for 6 steps, ZeRO-1 for 4 steps then resumed on 1 rank (single) and on 2 (ZeRO-3 with CPU offload),
+so stages 1, 2, 3 and offload each reproduce the loss curve. Kept to 4 DeepSpeed launches (~1 min
+each on 2 cores); the other combinations (ZeRO-3 without offload saved and resumed) were run by hand.
+
+Tolerance as for ddp/fsdp2 (test_backends.py): 1e-5 relative per step on the fp32 train loss, 1e-5
+absolute on final weights; same global batch, data and init, only the order of fp32 additions in
+the reduce-scatter differs. Measured (6 steps): <= 5e-8 relative on the loss, 2e-7 on weights; with
+DeepSpeedCPUAdam (offload) also 2e-8 on the loss.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from ats_model import load_pretrained
+from ats_train_torchrun import model_weights, run_ats_train, train_losses
+from safetensors.torch import load_file
+
+pytestmark = [pytest.mark.dist, pytest.mark.slow]
+
+STEPS = 6
+LOSS_RTOL = 1e-5
+WEIGHT_ATOL = 1e-5
+
+
+def _args(overrides, run_dir: Path, **extra: object) -> list[str]:  # noqa: ANN001
+    values = {
+        "train__steps": STEPS,
+        "train__sample_tokens": 0,
+        "train__precision": "fp32",
+        "train__micro_batch_size": 1,  # 2 accumulation steps per rank: the boundary is exercised
+        "checkpoint__every": 2,
+        "checkpoint__keep_last": 3,
+        "optim__lr": 1e-3,  # constant after warmup: a 4-step run is a prefix of the 6-step one
+        "optim__min_lr": 1e-3,
+        **extra,
+    }
+    return ["--run-dir", str(run_dir), *overrides(**values)]
+
+
+def _ok(proc) -> None:  # noqa: ANN001
+    lines = [line for line in proc.stderr.splitlines() if "Warning" not in line]
+    assert proc.returncode == 0, "\n".join(lines[:40] + ["..."] + lines[-40:])
+
+
+def _assert_same_losses(got: dict[int, float], want: dict[int, float]) -> None:
+    assert got.keys() <= want.keys() and got
+    for step, loss in got.items():
+        assert loss == pytest.approx(want[step], rel=LOSS_RTOL), f"step {step}"
+
+
+def _assert_same_weights(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) -> None:
+    assert got.keys() == want.keys()
+    for name in want:
+        assert got[name].dtype == want[name].dtype == torch.float32, name
+        torch.testing.assert_close(got[name], want[name], rtol=0, atol=WEIGHT_ATOL, msg=name)
+
+
+@pytest.fixture(scope="module")
+def reference(overrides, tmp_path_factory: pytest.TempPathFactory) -> Path:  # noqa: ANN001
+    run_dir = tmp_path_factory.mktemp("single")
+    _ok(run_ats_train(_args(overrides, run_dir), nproc=None))
+    return run_dir
+
+
+def test_zero2_on_two_ranks_reproduces_the_single_process_run(
+    reference: Path,
+    overrides,
+    tmp_path: Path,  # noqa: ANN001
+) -> None:
+    """Global batch 4: single runs 4 micro-batches of 1, each rank 2 with accumulation."""
+    zero2 = {"parallel__backend": "deepspeed", "parallel__zero_stage": 2}
+    _ok(run_ats_train(_args(overrides, tmp_path, **zero2), 2))
+    want, got = train_losses(reference), train_losses(tmp_path)
+    assert got.keys() == want.keys() == set(range(1, STEPS + 1))
+    _assert_same_losses(got, want)
+    _assert_same_weights(model_weights(tmp_path), model_weights(reference))
+
+
+def test_zero1_checkpoint_resumes_on_one_rank_and_on_two_with_zero3_offload(
+    reference: Path,
+    overrides,
+    tmp_path: Path,  # noqa: ANN001
+) -> None:
+    """ZeRO-1 on 2 ranks to step 4 (matching the reference), continued to step 6 by `single` on 1
+    rank and by ZeRO-3 with optimizer and parameter offload to the CPU on 2 ranks (DeepSpeedCPUAdam,
+    JIT-built with g++/ninja on first use): steps 5 and 6 and the final weights, which need the
+    restored Adam moments, match the uninterrupted single-process run. The model directories are
+    plain ATS model directories (ats_model.load_pretrained)."""
+    saved = tmp_path / "saved"
+    zero1 = {"parallel__backend": "deepspeed", "parallel__zero_stage": 1}
+    _ok(run_ats_train(_args(overrides, saved, train__steps=4, **zero1), 2))
+    assert (saved / "checkpoints" / "latest").read_text().strip() == "step-000004"
+    want = train_losses(reference)
+    _assert_same_losses(train_losses(saved), want)
+    model = load_pretrained(saved / "model", kernels="reference")
+    reference_step4 = load_file(
+        str(reference / "checkpoints" / "step-000004" / "model.safetensors")
+    )
+    _assert_same_weights(dict(model.state_dict()), reference_step4)
+    zero3_offload = {
+        "parallel__backend": "deepspeed",
+        "parallel__zero_stage": 3,
+        "parallel__offload_optimizer": "cpu",
+        "parallel__offload_param": "cpu",
+    }
+    for name, extra, nproc in (("on1", {}, None), ("on2", zero3_offload, 2)):
+        run_dir = tmp_path / name
+        shutil.copytree(saved, run_dir)
+        _ok(run_ats_train(_args(overrides, run_dir, **extra), nproc))
+        got = train_losses(run_dir)
+        assert {5, 6} <= got.keys()
+        _assert_same_losses(got, want)
+        _assert_same_weights(model_weights(run_dir), model_weights(reference))
+
+
+def test_world_size_that_does_not_divide_the_batch_fails_clearly(
+    overrides,
+    tmp_path: Path,  # noqa: ANN001
+) -> None:
+    args = _args(overrides, tmp_path, parallel__backend="deepspeed", train__batch_size=3)
+    proc = run_ats_train(args, nproc=2)
+    assert proc.returncode != 0
+    assert "train.batch_size = 3 is not divisible by the world size 2" in proc.stderr
+    assert not (tmp_path / "metrics.jsonl").exists()

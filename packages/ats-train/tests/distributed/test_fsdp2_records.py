@@ -1,0 +1,36 @@
+"""FSDP2 per-block sharding keeps every block's MoE / MoD records: on 2 gloo ranks fed the same
+batch, the sharded tiny-hybrid model (2 MoE layers, 1 MoD layer) gives the unsharded copy's loss,
+aux losses (moe_lb, moe_z, mod_predictor), per-layer stats and gradients, with and without
+activation checkpointing. Before blocks returned their records, FSDP2 rebuilt the shared context
+argument and moe_lb came out halved."""
+
+import json
+from pathlib import Path
+
+import pytest
+from ats_train_torchrun import launch
+
+pytestmark = [pytest.mark.dist, pytest.mark.slow]
+
+RUNNER = Path(__file__).with_name("fsdp2_records_runner.py")
+# fp32, same inputs: only the summation order of the 2-rank gradient average differs
+RTOL, GRAD_ATOL = 1e-6, 1e-6
+
+
+@pytest.mark.parametrize("mode", ["plain", "checkpointing"])
+def test_sharded_blocks_return_every_record(mode: str, tmp_path: Path) -> None:
+    out = tmp_path / "records.json"
+    extra = ["checkpointing"] if mode == "checkpointing" else []
+    proc = launch([str(RUNNER), str(out), *extra], nproc=2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["n_moe_layers"] >= 2
+    for step in result["steps"]:
+        sharded, reference = step["sharded"], step["reference"]
+        assert set(sharded["aux"]) == set(reference["aux"]) == {"moe_lb", "moe_z", "mod_predictor"}
+        assert sharded["loss"] == pytest.approx(reference["loss"], rel=RTOL)
+        for name, value in reference["aux"].items():
+            assert sharded["aux"][name] == pytest.approx(value, rel=RTOL), name
+        assert sharded["stats_rows"] == reference["stats_rows"]
+        assert reference["stats_rows"]["moe/entropy"] == result["n_moe_layers"]
+        assert step["grad_diff"] < GRAD_ATOL
