@@ -1,0 +1,259 @@
+"""Offload that matters: a 9.42B model (preset 10b-dense) trained on ONE GPU with DeepSpeed ZeRO-3,
+parameters and optimizer state offloaded to CPU RAM, or the optimizer state to NVMe.
+
+Mixed-precision AdamW keeps about 16 bytes per parameter P (Rajbhandari et al. 2020, ZeRO sec. 3):
+bf16 weights 2P + bf16 gradients 2P + fp32 master weights 4P + Adam m 4P + Adam v 4P. For 9.42B
+that is 151 GB, more than an H200's 141 GB of HBM before one activation is stored. The script
+first prints that arithmetic and, per run, what stays in host RAM and on disk with DeepSpeed's
+ZeRO-3 layout (offloaded gradients sit in a host buffer of grad_accum_dtype, which defaults to the
+model's bf16: 2P):
+
+    cpu   params (2P), grads (2P), fp32 master + Adam m, v (12P) in host RAM   = 16P host
+    nvme  params (2P), grads (2P) in host RAM; master + m + v (12P) on NVMe    =  4P host, 12P disk
+
+For 9.42B: cpu needs ~140 GiB of host RAM (the 2-GPU box's 256 GiB, not the 1-GPU box's 128),
+nvme ~35 GiB of RAM and ~105 GiB of local disk.
+
+A run whose host-RAM estimate exceeds --host-budget-gib (default 110: the 1-GPU box has 128 GiB)
+or whose disk estimate exceeds the free space under --nvme is skipped with the numbers, not
+started. Each run: --steps steps (micro batch 1, seq --seq-len, activation checkpointing), under
+torchrun with 1 rank, one JSON line with step times, losses, GPU peak memory and host RSS peak.
+No checkpoint is written (gathering 9.4B fp32 weights + Adam state on one host is 113 GB).
+
+    PYTHONPATH=$(ls -d packages/*/src | paste -sd:) python3 benchmarks/offload.py \\
+        --data tinyshakespeare.txt --out /tmp/offload --runs cpu --host-budget-gib 230
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from distributed import last_error_line, prepare_data, run_launcher  # noqa: E402  (benchmarks/)
+
+GIB = 2**30
+H200_HBM_BYTES = 141e9  # NVIDIA's figure (141 GB, decimal)
+# bytes per parameter held where, per run (see the docstring)
+HOST_BYTES = {"cpu": 2 + 2 + 12, "nvme": 2 + 2}
+DISK_BYTES = {"cpu": 0, "nvme": 12}
+HOST_OVERHEAD_GIB = 8  # CUDA context, Python, data, pinned swap buffers (a rough allowance)
+
+
+def arithmetic(params: int) -> dict[str, object]:
+    parts = {
+        "bf16_weights": 2 * params,
+        "bf16_grads": 2 * params,
+        "fp32_master": 4 * params,
+        "adam_m_fp32": 4 * params,
+        "adam_v_fp32": 4 * params,
+    }
+    total = sum(parts.values())
+    return {
+        "name": "offload_memory_arithmetic",
+        "params": params,
+        "bytes": parts,
+        "total_bytes": total,
+        "total_gb": round(total / 1e9, 1),
+        "h200_hbm_gb": H200_HBM_BYTES / 1e9,
+        "fits_one_h200": total <= H200_HBM_BYTES,
+        "host_gib_per_run": {k: round(v * params / GIB, 1) for k, v in HOST_BYTES.items()},
+        "disk_gib_per_run": {k: round(v * params / GIB, 1) for k, v in DISK_BYTES.items()},
+    }
+
+
+def ds_config(run: str, nvme_path: Path | None) -> dict[str, object]:
+    """ZeRO-3 with parameters on the CPU; the optimizer on the CPU (cpu) or NVMe (nvme).
+    Batch keys stay "auto": ats-train fills them from train.*."""
+    zero: dict[str, object] = {
+        "stage": 3,
+        "offload_param": {"device": "cpu", "pin_memory": True},
+        "offload_optimizer": {"device": "cpu", "pin_memory": True},
+    }
+    if run == "nvme":
+        zero["offload_optimizer"] = {
+            "device": "nvme",
+            "nvme_path": str(nvme_path),
+            "pin_memory": True,
+        }
+        # optimizer sub-groups are swapped whole: 1e8 elements keeps the pinned swap buffers
+        # at a few GB instead of DeepSpeed's default 1e9-element groups (16 GB each, fp32 x 4)
+        zero["sub_group_size"] = 100_000_000
+    return {
+        "train_batch_size": "auto",
+        "train_micro_batch_size_per_gpu": "auto",
+        "gradient_accumulation_steps": "auto",
+        "bf16": {"enabled": True},
+        "zero_optimization": zero,
+        "steps_per_print": 2**31 - 1,
+    }
+
+
+# ---- one run, under torchrun --nproc-per-node 1 ----------------------------------------------
+def worker(run_dir: Path, steps: int, overrides: list[str]) -> int:
+    import torch
+    from ats_train.config import load_config
+    from ats_train.trainer import build_trainer
+
+    t0 = time.perf_counter()
+    trainer = build_trainer(load_config(None, overrides), run_dir)
+    torch.cuda.synchronize()
+    build_s = time.perf_counter() - t0
+    step_s, losses = [], []
+    for _ in range(steps):
+        start = time.perf_counter()
+        record = trainer.train_step()
+        torch.cuda.synchronize()
+        step_s.append(round(time.perf_counter() - start, 2))
+        losses.append(record["loss"])
+    trainer.metrics.close()
+    result = {
+        "build_s": round(build_s, 1),
+        "step_s": step_s,
+        "losses": losses,
+        "gpu_peak_gib": round(torch.cuda.max_memory_allocated() / GIB, 2),
+        "gpu_peak_reserved_gib": round(torch.cuda.max_memory_reserved() / GIB, 2),
+        # ru_maxrss: KiB on Linux, this process's high-water mark (pinned buffers included)
+        "host_rss_peak_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
+        "device": torch.cuda.get_device_name(),
+    }
+    (run_dir / "result.json").write_text(json.dumps(result))
+    trainer.backend.close()
+    return 0
+
+
+# ---- the driver -------------------------------------------------------------------------------
+def mem_available_gib() -> float:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) / 2**20
+    raise RuntimeError("/proc/meminfo has no MemAvailable line")
+
+
+def refuse_reason(run: str, params: int, args: argparse.Namespace) -> str | None:
+    host = HOST_BYTES[run] * params / GIB + HOST_OVERHEAD_GIB
+    if host > args.host_budget_gib:
+        return (
+            f"needs ~{host:.0f} GiB host RAM ({HOST_BYTES[run]}P + {HOST_OVERHEAD_GIB} GiB), over "
+            f"--host-budget-gib {args.host_budget_gib:g}"
+            + ("; run `nvme` (optimizer on NVMe) instead" if run == "cpu" else "")
+        )
+    if host > mem_available_gib():
+        return f"needs ~{host:.0f} GiB host RAM, MemAvailable is {mem_available_gib():.0f} GiB"
+    if run == "nvme":
+        if args.nvme is None:
+            return "needs --nvme DIR (a directory on local NVMe)"
+        disk = DISK_BYTES[run] * params / GIB
+        free = shutil.disk_usage(args.nvme).free / GIB
+        if disk * 1.05 > free:
+            return f"needs ~{disk:.0f} GiB under --nvme {args.nvme}, {free:.0f} GiB free"
+    return None
+
+
+def launch(run: str, args: argparse.Namespace, data_dir: Path) -> dict[str, object]:
+    run_dir = args.out / run
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    nvme = Path(tempfile.mkdtemp(prefix="ats-offload-", dir=args.nvme)) if run == "nvme" else None
+    config_path = run_dir / "deepspeed.json"
+    config_path.write_text(json.dumps(ds_config(run, nvme), indent=1))
+    overrides = {
+        "data.source": data_dir,
+        "model.preset": args.preset,
+        "model.vocab_size": 32000,  # the preset's, not the byte tokenizer's 257
+        "parallel.backend": "deepspeed",
+        "parallel.deepspeed_config": config_path,
+        "train.steps": args.steps,
+        "train.batch_size": 1,
+        "train.micro_batch_size": 1,
+        "train.seq_len": args.seq_len,
+        "train.precision": "bf16",
+        "train.activation_checkpointing": True,
+        "train.device": "cuda",
+        "train.sample_tokens": 0,
+        "train.eval_every": 0,
+        "optim.warmup_steps": 1,
+        "kernels": args.kernels,
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=1",
+        str(Path(__file__).resolve()),
+        "worker",
+        str(run_dir),
+        str(args.steps),
+        *[f"{k}={v}" for k, v in overrides.items()],
+    ]
+    start = time.perf_counter()
+    try:
+        code, stderr = run_launcher(cmd, {**os.environ, "PYTHONUNBUFFERED": "1"}, args.timeout)
+    finally:
+        if nvme is not None:
+            shutil.rmtree(nvme, ignore_errors=True)
+    (run_dir / "stderr.log").write_text(stderr)
+    result: dict[str, object] = {
+        "name": f"offload_10b_zero3_{run}",
+        "wall_s": round(time.perf_counter() - start, 1),
+        "deepspeed_zero": ds_config(run, nvme)["zero_optimization"],
+    }
+    result_file = run_dir / "result.json"
+    if code == 0 and result_file.is_file():
+        result.update(json.loads(result_file.read_text()))
+        result["hardware"] = f"1 x {result.pop('device')}"
+    else:
+        result["error"] = last_error_line(stderr) or f"exit code {code}"
+    return result
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["worker"]:
+        return worker(Path(argv[1]), int(argv[2]), argv[3:])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, help="a text file (tinyshakespeare), bytes as tokens")
+    parser.add_argument("--out", type=Path, help="run dirs and prepared data")
+    parser.add_argument("--runs", default="cpu,nvme", help="comma list of cpu, nvme")
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--seq-len", type=int, default=1024)
+    parser.add_argument("--preset", default="10b-dense")
+    parser.add_argument("--nvme", type=Path, default=None, help="local NVMe dir (the nvme run)")
+    parser.add_argument("--host-budget-gib", type=float, default=110.0)
+    parser.add_argument("--kernels", default="auto")
+    parser.add_argument("--timeout", type=int, default=570, help="seconds per run")
+    parser.add_argument(
+        "--arithmetic-only", action="store_true", help="print the memory arithmetic and stop"
+    )
+    args = parser.parse_args(argv)
+    from ats_model import count_params, presets
+
+    params = count_params(presets.get(args.preset))[0]
+    print(json.dumps(arithmetic(params)), flush=True)
+    if args.arithmetic_only:
+        return 0
+    if args.data is None or args.out is None or not args.data.is_file():
+        parser.error("--data FILE and --out DIR are needed to train (or --arithmetic-only)")
+    runs = args.runs.split(",")
+    if any(r not in HOST_BYTES for r in runs):
+        parser.error(f"--runs {args.runs!r}: each must be one of {sorted(HOST_BYTES)}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    data_dir = prepare_data(args.data, args.out)
+    for run in runs:
+        reason = refuse_reason(run, params, args)
+        if reason is not None:
+            print(json.dumps({"name": f"offload_10b_zero3_{run}", "skipped": reason}), flush=True)
+            continue
+        print(json.dumps(launch(run, args, data_dir)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
