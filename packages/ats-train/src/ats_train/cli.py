@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -106,4 +107,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # a torchrun / deepspeed-launcher rank
+        from ats_train.backends.process_group import exit_rank
+
+        exit_rank(code)
+    sys.exit(code)

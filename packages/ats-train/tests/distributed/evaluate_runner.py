@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from ats_train.backends.process_group import exit_rank
 from ats_train.config import load_config
 from ats_train.trainer import build_trainer
 
@@ -22,3 +23,4 @@ def main(run_dir: str, out_json: str, overrides: list[str]) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1], sys.argv[2], sys.argv[3:])
+    exit_rank(0)  # no interpreter finalization: see process_group.exit_rank

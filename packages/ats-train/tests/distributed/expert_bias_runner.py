@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 from ats_model import build_model, presets
 from ats_train.backends import build_backend
+from ats_train.backends.process_group import exit_rank
 from ats_train.config import ParallelSection
 from ats_train.precision import build_precision
 
@@ -55,3 +56,4 @@ def main(backend_name: str, out_json: str) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1], sys.argv[2])
+    exit_rank(0)  # no interpreter finalization: see process_group.exit_rank

@@ -14,6 +14,7 @@ import sys
 import torch
 from ats_model import build_model, presets
 from ats_train.backends import build_backend
+from ats_train.backends.process_group import exit_rank
 from ats_train.config import ParallelSection
 from ats_train.parallelize import apply_activation_checkpointing
 from ats_train.precision import build_precision
@@ -70,3 +71,4 @@ def main(out_json: str, checkpointing: bool) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1], sys.argv[2:] == ["checkpointing"])
+    exit_rank(0)  # no interpreter finalization: see process_group.exit_rank
