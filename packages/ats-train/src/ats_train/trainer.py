@@ -120,6 +120,7 @@ class Trainer:
         self.faults.before_step(self)
         x, y = self.faults.batch(self.step + 1, *next(self.train_loader))  # (B_rank, T) each
         out = self.orchestrator.forward_backward(self, x, y)  # OOM recovery around forward_backward
+        out = self.mean_over_ranks(out)
         self.faults.after_backward(self)
         skipped = self.orchestrator.before_update(self, out)
         if skipped:
@@ -131,7 +132,7 @@ class Trainer:
         tokens_per_s = train.batch_size * train.seq_len / dt
         record = {
             "step": self.step,
-            "loss": self.backend.all_reduce_mean(out.loss),
+            "loss": out.loss,
             **{f"aux/{k}": v for k, v in out.aux.items()},
             "lr": lr,
             "grad_norm": grad_norm,
@@ -149,6 +150,23 @@ class Trainer:
         self.metrics.train(record)
         self.orchestrator.after_step(self, record)
         return record
+
+    def mean_over_ranks(self, out: StepOutput) -> StepOutput:
+        """Loss, aux losses and MoE/MoD statistics averaged over ranks (each saw its own tokens),
+        in one collective: every rank records, and its orchestrator decides on, the same numbers,
+        so a decision such as skipping an update is taken by all ranks or by none."""
+        if self.backend.world_size == 1:
+            return out
+        parts = [torch.tensor([out.loss, *out.aux.values()], dtype=torch.float64)]
+        parts += [v.to(torch.float64).reshape(-1) for v in out.stats.values()]
+        mean = self.backend.all_reduce_mean_tensor(torch.cat(parts))
+        scalars, rest = mean[: 1 + len(out.aux)].tolist(), mean[1 + len(out.aux) :]
+        stats = {}
+        for name, value in out.stats.items():
+            stats[name], rest = rest[: value.numel()].reshape(value.shape), rest[value.numel() :]
+        return StepOutput(
+            loss=scalars[0], aux=dict(zip(out.aux, scalars[1:], strict=True)), stats=stats
+        )
 
     def forward_backward(self, x: torch.Tensor, y: torch.Tensor) -> StepOutput:
         """Backpropagate one rank's batch in micro-batches; gradients sum to the batch mean.

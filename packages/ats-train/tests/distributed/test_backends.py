@@ -13,6 +13,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from ats_train_torchrun import model_weights, run_ats_train, train_losses, train_records
@@ -71,10 +72,17 @@ def test_two_ranks_reproduce_the_single_process_run(
     assert got.keys() == want.keys() == set(range(1, STEPS + 1))
     _assert_same_losses(got, want)
     # every MoE / MoD layer reports its record on every step (fsdp2 shards per block; blocks
-    # that lost their records would show fewer rows). Aux values are rank 0's micro-batches only.
+    # that lost their records would show fewer rows), and aux losses and statistics are means over
+    # the ranks' micro-batches: the single run's means over the same four micro-batches.
+    ref_records = train_records(reference)
     for step, record in train_records(tmp_path).items():
         for key in ("moe/entropy", "moe/expert_fraction", "mod/selected_fraction"):
-            assert len(record[key]) == len(train_records(reference)[step][key]), (step, key)
+            assert len(record[key]) == len(ref_records[step][key]), (step, key)
+            np.testing.assert_allclose(record[key], ref_records[step][key], rtol=1e-5, atol=1e-6)
+        aux = [k for k in record if k.startswith("aux/")]
+        assert aux and aux == [k for k in ref_records[step] if k.startswith("aux/")]
+        for key in aux:
+            assert record[key] == pytest.approx(ref_records[step][key], rel=1e-5), (step, key)
     assert len(train_records(reference)[1]["moe/entropy"]) == 2  # tiny-hybrid: 2 MoE layers
     ref_w, w = model_weights(reference), model_weights(tmp_path)
     assert w.keys() == ref_w.keys()

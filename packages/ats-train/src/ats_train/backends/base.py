@@ -69,6 +69,10 @@ class Backend(Protocol):
         """Mean of a scalar over ranks (metrics only)."""
         ...
 
+    def all_reduce_mean_tensor(self, values: torch.Tensor) -> torch.Tensor:
+        """Elementwise mean over ranks of a CPU tensor of the same shape on every rank (float64)."""
+        ...
+
     def barrier(self) -> None:
         """Wait for every rank (after the main rank wrote a checkpoint)."""
         ...

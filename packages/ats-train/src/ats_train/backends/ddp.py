@@ -15,6 +15,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ats_train.backends.process_group import (
     all_reduce_mean,
+    all_reduce_mean_tensor,
     average_expert_biases,
     join_process_group,
     leave_process_group,
@@ -65,6 +66,9 @@ class DDPBackend(SingleBackend):
 
     def all_reduce_mean(self, value: float) -> float:
         return all_reduce_mean(value, self.device)
+
+    def all_reduce_mean_tensor(self, values: torch.Tensor) -> torch.Tensor:
+        return all_reduce_mean_tensor(values, self.device)
 
     def barrier(self) -> None:
         dist.barrier()

@@ -37,6 +37,7 @@ from torch.distributed.tensor import DTensor
 
 from ats_train.backends.process_group import (
     all_reduce_mean,
+    all_reduce_mean_tensor,
     average_expert_biases,
     join_process_group,
     leave_process_group,
@@ -166,6 +167,9 @@ class FSDP2Backend:
 
     def all_reduce_mean(self, value: float) -> float:
         return all_reduce_mean(value, self.device)
+
+    def all_reduce_mean_tensor(self, values: torch.Tensor) -> torch.Tensor:
+        return all_reduce_mean_tensor(values, self.device)
 
     def barrier(self) -> None:
         dist.barrier()

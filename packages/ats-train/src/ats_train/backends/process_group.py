@@ -78,9 +78,14 @@ def exit_rank(code: int) -> NoReturn:
 
 
 def all_reduce_mean(value: float, device: torch.device) -> float:
-    t = torch.tensor([value], dtype=torch.float64, device=device)
+    return float(all_reduce_mean_tensor(torch.tensor([value], dtype=torch.float64), device))
+
+
+def all_reduce_mean_tensor(values: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """One collective on `device` (NCCL needs CUDA tensors); the result comes back to the CPU."""
+    t = values.to(device=device, dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.SUM)
-    return float(t) / dist.get_world_size()
+    return t.cpu() / dist.get_world_size()
 
 
 def average_expert_biases(model: torch.nn.Module) -> None:

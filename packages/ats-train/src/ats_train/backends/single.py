@@ -91,6 +91,9 @@ class SingleBackend:
     def all_reduce_mean(self, value: float) -> float:
         return value
 
+    def all_reduce_mean_tensor(self, values: torch.Tensor) -> torch.Tensor:
+        return values
+
     def barrier(self) -> None:
         return None
 
