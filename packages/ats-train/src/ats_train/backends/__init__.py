@@ -12,7 +12,7 @@ import torch
 
 from ats_train.backends.base import Backend
 from ats_train.backends.single import SingleBackend
-from ats_train.config import ParallelSection, TrainConfig
+from ats_train.config import BACKENDS_IMPLEMENTED, ParallelSection, TrainConfig
 from ats_train.precision import Precision
 
 
@@ -48,7 +48,9 @@ def build_backend(
         from ats_train.backends.colossalai import ColossalAIBackend
 
         return ColossalAIBackend(device, precision, parallel.colossalai_plugin)
-    raise NotImplementedError(f"parallel.backend = {parallel.backend!r} is not implemented yet")
+    raise ValueError(  # unreachable through ParallelSection, which validates the name first
+        f"parallel.backend = {parallel.backend!r} is not one of {', '.join(BACKENDS_IMPLEMENTED)}"
+    )
 
 
 __all__ = ["Backend", "SingleBackend", "build_backend"]
