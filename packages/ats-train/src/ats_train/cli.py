@@ -14,6 +14,7 @@ import argparse
 import logging
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -50,9 +51,9 @@ def writable_run_dir(path: Path) -> Path:
     """Create the run dir and prove we can write to it before any work starts."""
     try:
         path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".write-probe"
-        probe.write_text("")
-        probe.unlink()
+        # a unique, self-deleting probe: the ranks of one torchrun job check the same dir at once
+        with tempfile.TemporaryFile(dir=path):
+            pass
     except OSError as e:
         raise OSError(f"run dir {path} is not writable: {e.strerror or e}") from e
     return path
