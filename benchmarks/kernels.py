@@ -346,7 +346,7 @@ def _gmm_swiglu_mlp(x_sorted, counts, w1, w3, w2):
 def moe_block(ks, x, router_w, w1, w3, w2, top_k):
     """The ats MoE FFN (dropless): route, permute, grouped SwiGLU, weighted unpermute."""
     logits = x @ router_w.T  # (N, E)
-    weights, indices, _ = ks.moe_route(logits, top_k)
+    weights, indices, _, _ = ks.moe_route(logits, top_k)
     x_sorted, counts, order = ks.moe_permute(x, indices, w1.shape[0])
     y_sorted = ks.grouped_mlp(x_sorted, counts, w1, w3, w2)
     return ks.moe_unpermute(y_sorted, order, weights)

@@ -1,4 +1,4 @@
-"""ref_moe_route against a manual softmax / sort per row, bias-only-selects, and gradcheck."""
+"""ref_moe_route against a manual softmax / sort / count per row, bias-only-selects, and gradcheck."""
 
 import math
 
@@ -25,8 +25,10 @@ def test_matches_manual(k: int, temp: float, norm: bool) -> None:
     g = torch.Generator().manual_seed(k)
     logits = torch.randn(7, 5, generator=g, dtype=torch.float64)
     bias = torch.randn(5, generator=g, dtype=torch.float64) * 0.1 if k == 2 else None
-    weights, indices, probs = ref_moe_route(logits, k, temp, bias, norm)
+    weights, indices, probs, counts = ref_moe_route(logits, k, temp, bias, norm)
     assert indices.dtype == torch.int64 and weights.dtype == logits.dtype
+    assert counts.dtype == torch.int64
+    assert counts.tolist() == [sum(row.count(e) for row in indices.tolist()) for e in range(5)]
     for n in range(7):
         p, chosen, w = _manual(
             logits[n].tolist(), k, temp, None if bias is None else bias.tolist(), norm
@@ -38,14 +40,14 @@ def test_matches_manual(k: int, temp: float, norm: bool) -> None:
 
 def test_bias_changes_choice_not_weights() -> None:
     logits = torch.tensor([[2.0, 1.0, 0.0]])
-    w0, i0, _ = ref_moe_route(logits, 1, norm_topk=False)
-    w1, i1, p1 = ref_moe_route(logits, 1, bias=torch.tensor([0.0, 0.0, 1.0]), norm_topk=False)
+    w0, i0, _, _ = ref_moe_route(logits, 1, norm_topk=False)
+    w1, i1, p1, _ = ref_moe_route(logits, 1, bias=torch.tensor([0.0, 0.0, 1.0]), norm_topk=False)
     assert i0.item() == 0 and i1.item() == 2
     torch.testing.assert_close(w1[0, 0], p1[0, 2])  # weight is the unbiased probability
 
 
 def test_bf16_logits_fp32_probs() -> None:
-    w, _, p = ref_moe_route(torch.randn(4, 8).bfloat16(), 2)
+    w, _, p, _ = ref_moe_route(torch.randn(4, 8).bfloat16(), 2)
     assert w.dtype == torch.bfloat16 and p.dtype == torch.float32
 
 

@@ -1,4 +1,4 @@
-"""MoE routing: softmax with temperature, then top-k expert choice per token (reference)."""
+"""MoE routing: softmax with temperature, top-k expert choice per token, per-expert counts (reference)."""
 
 import torch
 
@@ -9,8 +9,9 @@ def ref_moe_route(
     temperature: float = 1.0,
     bias: torch.Tensor | None = None,
     norm_topk: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """logits (N, E) -> (weights (N, k) in logits.dtype, indices (N, k) int64, probs (N, E) fp32).
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """logits (N, E) -> (weights (N, k) in logits.dtype, indices (N, k) int64, probs (N, E) fp32,
+    counts (E,) int64: routed slots per expert).
 
     `bias` (E,) only shifts the choice, never the weights (DeepSeek-V3 aux-loss-free balancing,
     arXiv:2412.19437 section 2.1.2). With norm_topk the k weights are renormalized to sum to 1.
@@ -27,4 +28,13 @@ def ref_moe_route(
     weights = probs.gather(-1, indices)  # (N, k)
     if norm_topk:
         weights = weights / weights.sum(-1, keepdim=True)
-    return weights.to(logits.dtype), indices, probs
+    return weights.to(logits.dtype), indices, probs, expert_counts(indices, n_experts)
+
+
+def expert_counts(indices: torch.Tensor, n_experts: int) -> torch.Tensor:
+    """indices (any shape) -> (E,) int64 slots per expert. torch.bincount would read the maximum
+    index on the host (a stream sync per MoE layer on CUDA); scatter_add does not."""
+    flat = indices.reshape(-1)
+    return torch.zeros(n_experts, dtype=torch.int64, device=flat.device).scatter_add_(
+        0, flat, torch.ones_like(flat, dtype=torch.int64)
+    )

@@ -92,7 +92,7 @@ def test_capacity_drops_counted_exactly() -> None:
 def test_capacity_priority_first_choices_before_second() -> None:
     # capacity 1 per expert; token 1's 1st choice (expert 0) beats token 0's 2nd choice (expert 0)
     indices = torch.tensor([[1, 0], [0, 2]])
-    keep = capacity_keep(indices, n_experts=3, capacity=1)
+    keep = capacity_keep(indices, torch.tensor([2, 1, 1]), capacity=1)
     assert keep.tolist() == [[True, False], [True, True]]
 
 

@@ -7,7 +7,7 @@ on CPU tensors (Triton's interpreter; tests do this), otherwise they compile for
 from ats_kernels.triton.cross_entropy import cross_entropy, linear_cross_entropy
 from ats_kernels.triton.grouped_mlp import grouped_mlp
 from ats_kernels.triton.moe_permute import moe_permute, moe_unpermute
-from ats_kernels.triton.moe_route import moe_route, moe_route_counts
+from ats_kernels.triton.moe_route import moe_route
 from ats_kernels.triton.rms_norm import rms_norm, rms_norm_residual
 from ats_kernels.triton.rope import rope
 from ats_kernels.triton.swiglu import swiglu
@@ -18,7 +18,6 @@ __all__ = [
     "linear_cross_entropy",
     "moe_permute",
     "moe_route",
-    "moe_route_counts",
     "moe_unpermute",
     "rms_norm",
     "rms_norm_residual",

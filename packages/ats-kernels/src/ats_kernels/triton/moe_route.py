@@ -18,7 +18,7 @@ def _moe_route_kernel(
     L, stride_l, BIAS, W_OUT, IDX_OUT, PROBS, COUNTS,
     N, E, inv_temperature,
     TOP_K: tl.constexpr, K_PAD: tl.constexpr, HAS_BIAS: tl.constexpr, NORM_TOPK: tl.constexpr,
-    COUNT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr,
 ):  # fmt: skip
     rows = tl.program_id(0).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
     cols = tl.arange(0, BLOCK_E)
@@ -45,8 +45,7 @@ def _moe_route_kernel(
         top_w = tl.where(ks[None, :] == j, w_j[:, None], top_w)
         top_i = tl.where(ks[None, :] == j, idx.to(tl.int64)[:, None], top_i)
         scores = tl.where(chosen, float("-inf"), scores)
-        if COUNT:
-            tl.atomic_add(COUNTS + idx, tl.full((BLOCK_N,), 1, tl.int32), mask=r_mask)
+        tl.atomic_add(COUNTS + idx, tl.full((BLOCK_N,), 1, tl.int32), mask=r_mask)
     if NORM_TOPK:
         top_w = top_w / tl.sum(top_w, axis=1)[:, None]
     k_mask = r_mask[:, None] & (ks < TOP_K)[None, :]
@@ -55,7 +54,7 @@ def _moe_route_kernel(
     tl.store(IDX_OUT + out, top_i, mask=k_mask)
 
 
-def _route(logits, top_k, temperature, bias, norm_topk, count):
+def _route(logits, top_k, temperature, bias, norm_topk):
     N, E = logits.shape
     weights = torch.empty((N, top_k), device=logits.device, dtype=logits.dtype)
     indices = torch.empty((N, top_k), device=logits.device, dtype=torch.int64)
@@ -69,15 +68,15 @@ def _route(logits, top_k, temperature, bias, norm_topk, count):
             weights, indices, probs, counts,
             N, E, 1.0 / temperature,
             TOP_K=top_k, K_PAD=triton.next_power_of_2(top_k), HAS_BIAS=bias is not None,
-            NORM_TOPK=norm_topk, COUNT=count, BLOCK_N=block_n, BLOCK_E=block_e, num_warps=4,
+            NORM_TOPK=norm_topk, BLOCK_N=block_n, BLOCK_E=block_e, num_warps=4,
         )  # fmt: skip
     return weights, indices, probs, counts.to(torch.int64)
 
 
 class _MoERoute(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, logits, top_k, temperature, bias, norm_topk, count):
-        weights, indices, probs, counts = _route(logits, top_k, temperature, bias, norm_topk, count)
+    def forward(ctx, logits, top_k, temperature, bias, norm_topk):
+        weights, indices, probs, counts = _route(logits, top_k, temperature, bias, norm_topk)
         ctx.save_for_backward(probs, indices)
         ctx.temperature, ctx.norm_topk, ctx.logits_dtype = temperature, norm_topk, logits.dtype
         ctx.mark_non_differentiable(indices, counts)
@@ -98,7 +97,7 @@ class _MoERoute(torch.autograd.Function):
             dp.scatter_add_(-1, indices, dw)
         # softmax backward, then the 1/temperature of the logits scaling
         d_logits = probs * (dp - (dp * probs).sum(-1, keepdim=True)) / ctx.temperature
-        return d_logits.to(ctx.logits_dtype), None, None, None, None, None
+        return d_logits.to(ctx.logits_dtype), None, None, None, None
 
 
 def _check(logits: torch.Tensor, top_k: int, temperature: float, bias: torch.Tensor | None) -> None:
@@ -115,32 +114,16 @@ def _check(logits: torch.Tensor, top_k: int, temperature: float, bias: torch.Ten
         raise ValueError(f"moe_route: bias shape {tuple(bias.shape)} != ({n_experts},)")
 
 
-def moe_route_counts(
-    logits: torch.Tensor,
-    top_k: int,
-    temperature: float = 1.0,
-    bias: torch.Tensor | None = None,
-    norm_topk: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """moe_route plus tokens_per_expert (E,) int64 counted by the same kernel (atomics)."""
-    _check(logits, top_k, temperature, bias)
-    logits = logits if logits.stride(-1) == 1 else logits.contiguous()
-    bias = None if bias is None else bias.detach().contiguous()
-    return _MoERoute.apply(logits, top_k, float(temperature), bias, norm_topk, True)
-
-
 def moe_route(
     logits: torch.Tensor,
     top_k: int,
     temperature: float = 1.0,
     bias: torch.Tensor | None = None,
     norm_topk: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Same result as ref_moe_route -> (weights (N, k) logits.dtype, indices (N, k) int64, probs fp32)."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Same result as ref_moe_route -> (weights (N, k) logits.dtype, indices (N, k) int64,
+    probs (N, E) fp32, counts (E,) int64 counted in the same kernel with atomics)."""
     _check(logits, top_k, temperature, bias)
     logits = logits if logits.stride(-1) == 1 else logits.contiguous()
     bias = None if bias is None else bias.detach().contiguous()
-    weights, indices, probs, _ = _MoERoute.apply(
-        logits, top_k, float(temperature), bias, norm_topk, False
-    )
-    return weights, indices, probs
+    return _MoERoute.apply(logits, top_k, float(temperature), bias, norm_topk)

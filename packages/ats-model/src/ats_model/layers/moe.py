@@ -34,25 +34,16 @@ class MoERecord(NamedTuple):
     router_z: torch.Tensor  # the z-loss value, detached
 
 
-def capacity_keep(indices: torch.Tensor, n_experts: int, capacity: int) -> torch.Tensor:
-    """indices (N, k) -> keep (N, k) bool: at most `capacity` slots per expert, priority as above."""
+def capacity_keep(indices: torch.Tensor, counts: torch.Tensor, capacity: int) -> torch.Tensor:
+    """indices (N, k), counts (E,) slots per expert -> keep (N, k) bool: at most `capacity` slots
+    per expert, priority as above."""
     n_tokens, top_k = indices.shape
     prio = indices.T.reshape(-1)  # (k*N,) all 1st choices in token order, then all 2nd, ...
     order = torch.argsort(prio, stable=True)
-    counts = expert_counts(prio, n_experts)
     group_start = torch.cumsum(counts, 0) - counts  # (E,)
     rank = torch.empty_like(prio)
     rank[order] = torch.arange(prio.numel(), device=prio.device) - group_start[prio[order]]
     return (rank < capacity).view(top_k, n_tokens).T  # (N, k)
-
-
-def expert_counts(indices: torch.Tensor, n_experts: int) -> torch.Tensor:
-    """indices (any shape) -> (E,) int64 slots per expert. torch.bincount would read the maximum
-    index on the host (a stream sync per MoE layer on CUDA); scatter_add does not."""
-    flat = indices.reshape(-1)
-    return torch.zeros(n_experts, dtype=torch.int64, device=flat.device).scatter_add_(
-        0, flat, torch.ones_like(flat, dtype=torch.int64)
-    )
 
 
 def expert_capacity(capacity_factor: float, n_tokens: int, top_k: int, n_experts: int) -> int:
@@ -114,17 +105,17 @@ class MoEFFN(nn.Module):
         n_tokens, n_experts, top_k = flat.shape[0], self.n_experts, self.top_k
         n_slots = n_tokens * top_k
         logits = self.router(flat)  # (N, E)
-        weights, indices, probs = self.kernels.moe_route(
+        # routed (E,): slots per expert, before dropping, counted by the routing kernel
+        weights, indices, probs, routed = self.kernels.moe_route(
             logits, top_k, self.temperature, self.expert_bias, self.norm_topk
         )
-        routed = expert_counts(indices, n_experts)  # (E,)
 
         if self.capacity_factor is None:
             x_sorted, per_expert, order = self.kernels.moe_permute(flat, indices, n_experts)
             n_kept = n_slots
         else:
             capacity = expert_capacity(self.capacity_factor, n_tokens, top_k, n_experts)
-            keep = capacity_keep(indices, n_experts, capacity)
+            keep = capacity_keep(indices, routed, capacity)
             # dropped slots go to an extra group E, sorted last, and are never computed
             grouped = torch.where(keep, indices, torch.full_like(indices, n_experts))
             x_sorted, per_expert, order = self.kernels.moe_permute(flat, grouped, n_experts + 1)
