@@ -8,10 +8,11 @@ same kind twice) and reports each change as {"what": [before, after]}, which is 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ats_train.orchestrator.settings import KindSettings
-from ats_train.orchestrator.signals import Signals
+from ats_train.orchestrator.signals import Signals, compute_signals
 
 if TYPE_CHECKING:
     from ats_train.orchestrator.orchestrator import Orchestrator
@@ -20,11 +21,16 @@ if TYPE_CHECKING:
 
 @dataclass
 class Evidence:
-    """What a kind judges: the signals of its records, the records themselves, all val records."""
+    """What a kind judges: its records, all val records, and the signals of both, computed on first
+    use (the guards run every step and mostly read one record: they never pay for the window)."""
 
-    signals: Signals
     records: list[dict[str, Any]]
     val: list[dict[str, Any]]
+    flops_per_token: float
+
+    @cached_property
+    def signals(self) -> Signals:
+        return compute_signals(self.records, self.val, self.flops_per_token)
 
 
 @dataclass

@@ -103,9 +103,12 @@ class Faults:
     @torch.no_grad()
     def after_backward(self, trainer: Trainer) -> None:
         step = trainer.step + 1
+        nan_grad, grad_spike = self._due("nan_grad", step), self._due("grad_spike", step)
+        if not (nan_grad or grad_spike):
+            return  # the common case: no parameter walk on the host between backward and step
         grads = [p.grad for p in trainer.raw_model.parameters() if p.grad is not None]
-        if self._due("nan_grad", step):
+        if nan_grad:
             grads[0].view(-1)[0] = float("nan")
-        if self._due("grad_spike", step):
+        if grad_spike:
             for g in grads:
                 g.mul_(self.config.grad_spike_factor)

@@ -26,7 +26,6 @@ from ats_train.orchestrator.base import Evidence, Intervention
 from ats_train.orchestrator.decisions import DecisionLog
 from ats_train.orchestrator.kinds import KINDS
 from ats_train.orchestrator.settings import OrchestratorSection
-from ats_train.orchestrator.signals import compute_signals
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -191,8 +190,7 @@ class Orchestrator:
         last = self.last_fired.get(kind.name)
         if last is not None and step - last < kind.settings.cooldown:
             return False
-        signals = compute_signals(records, self.val, self.flops_per_token)
-        evidence = Evidence(signals, records, self.val)
+        evidence = Evidence(records, self.val, self.flops_per_token)
         trigger = kind.check(evidence, trainer, self)
         if trigger is None or trigger.confidence < kind.settings.min_confidence:
             return False
@@ -207,7 +205,7 @@ class Orchestrator:
             "reason": trigger.reason,
             "action": kind.action,
             "change": change,
-            "signals": {k: v for k, v in signals.as_dict().items() if v is not None},
+            "signals": {k: v for k, v in evidence.signals.as_dict().items() if v is not None},
         }
         self.last_fired[kind.name] = step
         self.history.append(decision)

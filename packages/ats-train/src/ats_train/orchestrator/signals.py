@@ -100,6 +100,19 @@ def _is_bad(value: Any) -> bool:
     return value is not None and not math.isfinite(value)
 
 
+def loss_spike_ratio(train: list[dict[str, Any]]) -> float | None:
+    """The last record's loss / the median of the (up to) 5 finite losses before it; None with
+    fewer than 3 finite losses before it or a non-finite last loss. Read every step by the
+    skip_batch guard."""
+    if not train:
+        return None
+    loss = train[-1]["loss"]
+    prev = _finite([r["loss"] for r in train[:-1]])
+    if loss is None or not math.isfinite(loss) or len(prev) < 3:
+        return None
+    return loss / statistics.median(prev[-5:])
+
+
 def compute_signals(
     train: list[dict[str, Any]], val: list[dict[str, Any]], flops_per_token: float
 ) -> Signals:
@@ -110,11 +123,10 @@ def compute_signals(
     loss = last.get("loss")
     # np.std, not statistics.pstdev: that one sums exact Fractions, ~100x slower, every step
     loss_std = float(np.std(losses)) if len(losses) >= 2 else None
-    zscore = spike_ratio = None
+    zscore = None
     if loss is not None and math.isfinite(loss) and len(prev) >= 3:
         std = float(np.std(prev))
         zscore = (loss - statistics.fmean(prev)) / std if std > 0 else None
-        spike_ratio = loss / statistics.median(prev[-5:])
     finite = [(r["step"], r["loss"]) for r in train if r["loss"] is not None]
     finite = [(s, v) for s, v in finite if math.isfinite(v)]
     half = len(losses) // 2
@@ -161,7 +173,7 @@ def compute_signals(
         loss_rel_change=rel_change,
         loss_rise=rise,
         loss_zscore=zscore,
-        loss_spike_ratio=spike_ratio,
+        loss_spike_ratio=loss_spike_ratio(train),
         val_loss=val_losses[-1] if val_losses else None,
         val_rel_change=val_rel,
         grad_norm=last.get("grad_norm"),

@@ -6,6 +6,7 @@ import math
 
 from ats_train.checkpoint import checkpoint_step, latest_checkpoint
 from ats_train.orchestrator.base import Change, Evidence, Intervention, Trigger, above
+from ats_train.orchestrator.signals import loss_spike_ratio
 
 
 class SkipBatch(Intervention):
@@ -18,12 +19,12 @@ class SkipBatch(Intervention):
     guard = True
 
     def check(self, evidence: Evidence, trainer, orch) -> Trigger | None:
-        s, t = evidence.signals, self.settings.threshold
-        if s.loss_spike_ratio is None or s.loss_spike_ratio <= 1.0 + t:
+        ratio, t = loss_spike_ratio(evidence.records), self.settings.threshold
+        if ratio is None or ratio <= 1.0 + t:
             return None
         return Trigger(
-            f"loss {s.loss:.3f} is {s.loss_spike_ratio:.2f}x the window median",
-            above(s.loss_spike_ratio - 1.0, t),
+            f"loss {evidence.records[-1]['loss']:.3f} is {ratio:.2f}x the window median",
+            above(ratio - 1.0, t),
         )
 
     def apply(self, evidence: Evidence, trainer, orch) -> Change:
