@@ -90,6 +90,11 @@ def test_unknown_key_in_a_file_suggests_the_nearest(tmp_path: Path) -> None:
         (["parallel.backend=nccl"], "parallel.backend = 'nccl' is not one of single, ddp, fsdp2"),
         (["parallel.cpu_offload=true"], "parallel.cpu_offload = true needs parallel.backend = "),
         (["train.steps"], "not of the form key=value"),
+        (["checkpoint.format=dcp"], "checkpoint.format = 'dcp' is not one of full, sharded"),
+        (
+            ["checkpoint.format=sharded", "parallel.backend=colossalai"],
+            "checkpoint.format = 'sharded' is not implemented for parallel.backend = 'colossalai'",
+        ),
     ],
 )
 def test_bad_values_name_key_and_value(overrides: list[str], message: str) -> None:

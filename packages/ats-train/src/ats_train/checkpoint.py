@@ -8,7 +8,9 @@
 
 A step is written into step-000123.tmp/, fsynced, renamed into place, and only then is `latest`
 replaced (temp file + os.replace), so a crash at any moment leaves `latest` naming a complete
-checkpoint. Nothing here pickles: tensors go to safetensors, everything else to JSON.
+checkpoint. Nothing here pickles: tensors go to safetensors, everything else to JSON. A sharded
+checkpoint (checkpoint_sharded.py) adds every rank's optimizer shard in DCP's or DeepSpeed's own
+format inside trainer_state/; the manifest covers those files too.
 """
 
 from __future__ import annotations
@@ -191,14 +193,30 @@ def save_checkpoint(
     run_dir: Path, step: int, write: Callable[[Path], None], keep_last: int
 ) -> Path:
     """Run `write(tmp_dir)` to fill a step directory, then publish it atomically; returns it."""
+    tmp = begin_checkpoint(run_dir, step)
+    write(tmp)
+    return publish_checkpoint(run_dir, step, keep_last)
+
+
+def begin_checkpoint(run_dir: Path, step: int) -> Path:
+    """The empty step-NNNNNN.tmp/ to write into (one writer: the main rank). When several ranks
+    write shards, they start only after this returned (a barrier), and the main rank publishes only
+    after all of them finished (another barrier)."""
     root = checkpoints_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
     for stale in root.glob("step-*.tmp"):  # left by a crash mid-write; never named by `latest`
         shutil.rmtree(stale)
+    tmp = root / f"{step_dir_name(step)}.tmp"
+    tmp.mkdir()
+    return tmp
+
+
+def publish_checkpoint(run_dir: Path, step: int, keep_last: int) -> Path:
+    """Hash every file of the written step-NNNNNN.tmp/ into its manifest, rename it into place,
+    point `latest` at it, prune to the newest keep_last; returns the step directory."""
+    root = checkpoints_dir(run_dir)
     final = root / step_dir_name(step)
     tmp = root / f"{final.name}.tmp"
-    tmp.mkdir()
-    write(tmp)
     write_manifest(tmp, step)
     if final.exists():  # written before a crash that came ahead of its `latest` update
         if read_latest_name(run_dir) == final.name:

@@ -32,6 +32,9 @@ OFFLOAD_DEVICES = ("none", "cpu", "nvme")  # deepspeed: where ZeRO keeps optimiz
 COLOSSALAI_PLUGINS = ("low_level_zero",)
 COLOSSALAI_PLUGINS_PLANNED = ("gemini",)
 KERNELS = ("auto", "reference", "triton", "cuda")
+# full: rank 0 writes the gathered optimizer state (resumes anywhere); sharded: every rank writes
+# its own shard (torch.distributed.checkpoint, or DeepSpeed's own ZeRO files): checkpoint_sharded.py
+CHECKPOINT_FORMATS = ("full", "sharded")
 
 
 class ConfigError(ValueError):
@@ -170,10 +173,12 @@ class OptimSection:
 class CheckpointSection:
     every: int = 100  # 0 = only the final checkpoint
     keep_last: int = 3
+    format: str = "full"  # full | sharded: how the optimizer state is written (README)
 
     def __post_init__(self) -> None:
         _require(self.every >= 0, f"checkpoint.every = {self.every} must be >= 0")
         _require(self.keep_last >= 1, f"checkpoint.keep_last = {self.keep_last} must be >= 1")
+        _choice("checkpoint.format", self.format, CHECKPOINT_FORMATS)
 
 
 @dataclass
@@ -244,6 +249,11 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         _choice("kernels", self.kernels, KERNELS)
+        _require(
+            self.checkpoint.format == "full" or self.parallel.backend != "colossalai",
+            "checkpoint.format = 'sharded' is not implemented for parallel.backend = "
+            "'colossalai'; use checkpoint.format = 'full'",
+        )
 
 
 # ----------------------------------------------------------------------------------------------

@@ -38,6 +38,13 @@ from ats_train.checkpoint import (
     save_tree,
     step_dir_name,
 )
+from ats_train.checkpoint_sharded import (
+    TRAINER_STATE,
+    check_resumable,
+    load_rank_rng,
+    read_layout,
+    save_sharded_checkpoint,
+)
 from ats_train.config import ConfigError, TrainConfig, TrainSection, to_toml
 from ats_train.cuda_graphs import GraphedLoss, LossParts, check_cuda_graphs
 from ats_train.data import TrainData, build_data
@@ -255,20 +262,28 @@ class Trainer:
 
     # ---- checkpoints ---------------------------------------------------------------------------
     def save(self) -> Path:
-        # Every rank gathers (for fsdp2 a collective); the main rank writes; the others wait.
+        # Every rank gathers the model (for fsdp2 a collective); the main rank writes it and the
+        # state. "full": the optimizer state is gathered too; "sharded": each rank writes its own.
         model_state = self.backend.model_state(self.raw_model)
-        optimizer_state = self.backend.optimizer_state(self.optimizer)
-        path = checkpoints_dir(self.run_dir) / step_dir_name(self.step)
-        if self.backend.is_main:
+        sharded = self.config.checkpoint.format == "sharded"
+        optimizer_state = None if sharded else self.backend.optimizer_state(self.optimizer)
 
-            def write(directory: Path) -> None:
-                write_model_dir(self.raw_model, model_state, directory, self.data.tokenizer_path)
-                state_dir = directory / "trainer_state"
-                state_dir.mkdir()
+        def write(directory: Path) -> None:
+            write_model_dir(self.raw_model, model_state, directory, self.data.tokenizer_path)
+            state_dir = directory / TRAINER_STATE
+            state_dir.mkdir(exist_ok=True)  # sharded: the ranks' shards are already in it
+            if optimizer_state is not None:
                 save_tree(state_dir, "optimizer", optimizer_state)
-                save_tree(state_dir, "state", self.trainer_state())
+            save_tree(state_dir, "state", self.trainer_state())
 
-            path = save_checkpoint(self.run_dir, self.step, write, self.config.checkpoint.keep_last)
+        keep_last = self.config.checkpoint.keep_last
+        path = checkpoints_dir(self.run_dir) / step_dir_name(self.step)
+        if sharded:
+            args = (self.backend, self.optimizer, write, rng_state(), keep_last)
+            path = save_sharded_checkpoint(self.run_dir, self.step, *args)
+        elif self.backend.is_main:
+            path = save_checkpoint(self.run_dir, self.step, write, keep_last)
+        if self.backend.is_main:
             self.metrics.message(f"saved checkpoint {path}")
         self.backend.barrier()
         return path
@@ -288,8 +303,12 @@ class Trainer:
     def load(self, directory: Path) -> None:
         """Restore everything a checkpoint holds; the model shape was checked before building."""
         self.backend.load_model(self.raw_model, directory)
-        state_dir = directory / "trainer_state"
-        self.backend.load_optimizer_state(self.optimizer, load_tree(state_dir, "optimizer"))
+        state_dir = directory / TRAINER_STATE
+        layout = read_layout(directory)  # the format the checkpoint holds, not the configured one
+        if layout is None:
+            self.backend.load_optimizer_state(self.optimizer, load_tree(state_dir, "optimizer"))
+        else:
+            self.backend.load_optimizer_shards(self.optimizer, state_dir)
         state = load_tree(state_dir, "state")
         if state["format_version"] != STATE_VERSION:
             raise CheckpointError(
@@ -300,7 +319,11 @@ class Trainer:
         self.train_loader.load_state_dict(state["loader"])
         self.backend.load_state(state["backend"])
         set_runtime_knobs(self.raw_model, state["knobs"])
-        set_rng_state(state["rng"])
+        if layout is None:
+            set_rng_state(state["rng"])  # rank 0's streams, on every rank
+        else:
+            backend = self.backend
+            set_rng_state(load_rank_rng(directory, layout, backend.rank, backend.world_size))
         self.orchestrator.load_state_dict(state["orchestrator"])
 
     # ---- the end of a run ----------------------------------------------------------------------
@@ -467,6 +490,7 @@ def build_trainer(config: TrainConfig, run_dir: Path) -> Trainer:
     model_config: ModelConfig = build_model_config(run_config.model, data.vocab_size, train.seq_len)
     if resume_from is not None:
         check_same_model(read_config(resume_from), model_config, resume_from)
+        check_resumable(resume_from, backend)
     check_cuda_graphs(run_config, model_config, device, backend.world_size)
     resume_step = checkpoint_step(resume_from) if resume_from is not None else None
     if backend.is_main:

@@ -108,6 +108,44 @@ def test_fsdp2_checkpoint_resumes_on_one_and_on_two_ranks(
         _assert_same_losses(got, want)
 
 
+def test_fsdp2_sharded_checkpoint_resumes_on_two_ranks_on_one_and_with_ddp(
+    reference: Path, overrides, tmp_path: Path
+) -> None:
+    """checkpoint.format = sharded: fsdp2 on 2 ranks writes its DTensor optimizer shards with DCP
+    (one file per rank, nothing gathered) at step 4; fsdp2 on 2 ranks, `single` on 1 and ddp on 2
+    continue to step 6 (DCP reshards on load): steps 5-6 and the final weights, which need the
+    restored Adam moments, match the uninterrupted single-process run."""
+    saved = tmp_path / "saved"
+    sharded = {"checkpoint__format": "sharded"}
+    _ok(
+        run_ats_train(
+            _args(overrides, saved, train__steps=4, parallel__backend="fsdp2", **sharded), 2
+        )
+    )
+    step4 = saved / "checkpoints" / "step-000004" / "trainer_state"
+    assert not (step4 / "optimizer.json").exists()
+    assert {p.name for p in (step4 / "optimizer_dcp").iterdir()} == {
+        ".metadata",
+        "__0_0.distcp",
+        "__1_0.distcp",
+    }
+    assert {p.name for p in (step4 / "rng").iterdir()} == {
+        f"rank-0000{r}.{ext}" for r in (0, 1) for ext in ("json", "safetensors")
+    }
+    want = train_losses(reference)
+    for name, backend, nproc in (("on2", "fsdp2", 2), ("on1", "single", None), ("ddp", "ddp", 2)):
+        run_dir = tmp_path / name
+        shutil.copytree(saved, run_dir)
+        _ok(run_ats_train(_args(overrides, run_dir, parallel__backend=backend, **sharded), nproc))
+        got = train_losses(run_dir)
+        assert {5, 6} <= got.keys()
+        _assert_same_losses(got, want)
+        ref_w, w = model_weights(reference), model_weights(run_dir)
+        assert w.keys() == ref_w.keys()
+        for key in ref_w:
+            torch.testing.assert_close(w[key], ref_w[key], rtol=0, atol=WEIGHT_ATOL, msg=key)
+
+
 def test_world_size_that_does_not_divide_the_batch_fails_clearly(overrides, tmp_path: Path) -> None:
     args = _args(overrides, tmp_path, parallel__backend="ddp", train__batch_size=3)
     proc = run_ats_train(args, nproc=2)

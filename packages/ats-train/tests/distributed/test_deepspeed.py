@@ -1,8 +1,10 @@
 """deepspeed on 2 real gloo ranks (torchrun; DeepSpeed's CPU accelerator falls back to torch's gloo
 without oneCCL, deepspeed/accelerator/cpu_accelerator.py) against the single-process run: ZeRO-2
 for 6 steps, ZeRO-1 for 4 steps then resumed on 1 rank (single) and on 2 (ZeRO-3 with CPU offload),
-so stages 1, 2, 3 and offload each reproduce the loss curve. Kept to 4 DeepSpeed launches (~1 min
-each on 2 cores); the other combinations (ZeRO-3 without offload saved and resumed) were run by hand.
+so stages 1, 2, 3 and offload each reproduce the loss curve; ZeRO-2 with DeepSpeed's own sharded
+checkpoint saved and resumed on 2 ranks, refused on 1. Kept to 7 DeepSpeed launches (~30-60 s each
+on 2 cores, the refused one ~15 s); the other combinations (ZeRO-3 without offload saved and
+resumed, full and sharded) were run by hand.
 
 Tolerance as for ddp/fsdp2 (test_backends.py): 1e-5 relative per step on the fp32 train loss, 1e-5
 absolute on final weights; same global batch, data and init, only the order of fp32 additions in
@@ -12,6 +14,7 @@ DeepSpeedCPUAdam (offload) also 2e-8 on the loss.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -59,6 +62,12 @@ def _assert_same_weights(got: dict[str, torch.Tensor], want: dict[str, torch.Ten
     for name in want:
         assert got[name].dtype == want[name].dtype == torch.float32, name
         torch.testing.assert_close(got[name], want[name], rtol=0, atol=WEIGHT_ATOL, msg=name)
+
+
+def _snapshot(run_dir: Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(run_dir).as_posix(): p.read_bytes() for p in run_dir.rglob("*") if p.is_file()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -117,6 +126,59 @@ def test_zero1_checkpoint_resumes_on_one_rank_and_on_two_with_zero3_offload(
         assert {5, 6} <= got.keys()
         _assert_same_losses(got, want)
         _assert_same_weights(model_weights(run_dir), model_weights(reference))
+
+
+def test_zero2_sharded_checkpoint_resumes_only_at_the_saved_world_size(
+    reference: Path,
+    overrides,
+    tmp_path: Path,  # noqa: ANN001
+) -> None:
+    """checkpoint.format = sharded: ZeRO-2 on 2 ranks writes DeepSpeed's own files (each rank its
+    partition of the fp32 masters and Adam moments, nothing gathered) at step 4; ZeRO-2 on 2 ranks
+    continues to step 6 matching the uninterrupted single-process run. On 1 rank (deepspeed, or
+    single) the run stops before writing anything, with an error naming both layouts."""
+    saved = tmp_path / "saved"
+    zero2 = {
+        "parallel__backend": "deepspeed",
+        "parallel__zero_stage": 2,
+        "checkpoint__format": "sharded",
+    }
+    _ok(run_ats_train(_args(overrides, saved, train__steps=4, **zero2), 2))
+    step4 = saved / "checkpoints" / "step-000004"
+    files = json.loads((step4 / "manifest.json").read_text())["files"]
+    shards = [
+        f"trainer_state/deepspeed/zero/zero_pp_rank_{r}_mp_rank_00_optim_states.pt" for r in (0, 1)
+    ]
+    assert set(shards) <= files.keys()
+    assert "trainer_state/optimizer.json" not in files
+    # the model directory is still a plain ATS model directory, equal to the reference's at step 4
+    model = load_pretrained(step4, kernels="reference")
+    reference_step4 = load_file(
+        str(reference / "checkpoints" / "step-000004" / "model.safetensors")
+    )
+    _assert_same_weights(dict(model.state_dict()), reference_step4)
+    run_dir = tmp_path / "on2"
+    shutil.copytree(saved, run_dir)
+    _ok(run_ats_train(_args(overrides, run_dir, **zero2), 2))
+    got, want = train_losses(run_dir), train_losses(reference)
+    assert {5, 6} <= got.keys()
+    _assert_same_losses(got, want)
+    _assert_same_weights(model_weights(run_dir), model_weights(reference))
+    before = _snapshot(saved)
+    for backend, nproc, here in (
+        ("deepspeed", 1, "deepspeed on 1 rank(s), ZeRO stage 2"),
+        ("single", None, "single on 1 rank(s)"),
+    ):
+        proc = run_ats_train(
+            _args(overrides, saved, **{**zero2, "parallel__backend": backend}), nproc
+        )
+        assert proc.returncode != 0
+        # the CLI's one-line error (under torchrun followed by torchrun's own report)
+        saved_layout = "written by deepspeed on 2 rank(s), ZeRO stage 2"
+        lines = [line for line in proc.stderr.splitlines() if saved_layout in line]
+        assert lines and lines[0].startswith("ats-train train: error: "), proc.stderr[-2000:]
+        assert f"this run is {here}" in lines[0]
+        assert _snapshot(saved) == before
 
 
 def test_world_size_that_does_not_divide_the_batch_fails_clearly(

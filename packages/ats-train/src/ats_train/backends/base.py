@@ -65,6 +65,20 @@ class Backend(Protocol):
         self, optimizer: torch.optim.Optimizer, state: dict[str, object]
     ) -> None: ...
 
+    def sharded_layout(self) -> dict[str, object]:
+        """What save_optimizer_shards writes (checkpoint_sharded.py): writer ("dcp" or
+        "deepspeed"), backend, world_size (and zero_stage), JSON-ready; a resume checks it."""
+        ...
+
+    def save_optimizer_shards(self, optimizer: torch.optim.Optimizer, directory: Path) -> None:
+        """checkpoint.format = "sharded": every rank writes its own shard of the optimizer state
+        under directory (trainer_state/), never gathered. A collective."""
+        ...
+
+    def load_optimizer_shards(self, optimizer: torch.optim.Optimizer, directory: Path) -> None:
+        """Every rank reads its part of what save_optimizer_shards wrote (checked resumable)."""
+        ...
+
     def all_reduce_mean(self, value: float) -> float:
         """Mean of a scalar over ranks (metrics only)."""
         ...

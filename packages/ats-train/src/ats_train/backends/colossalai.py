@@ -22,6 +22,7 @@ from ats_train.backends.process_group import (
     join_process_group,
     leave_process_group,
 )
+from ats_train.checkpoint import CheckpointError
 from ats_train.config import COLOSSALAI_PLUGINS, ConfigError
 from ats_train.model_state import read_model_state
 from ats_train.precision import Precision
@@ -158,6 +159,14 @@ class ColossalAIBackend:
         self, optimizer: torch.optim.Optimizer, state: dict[str, object]
     ) -> None:
         self._optimizer.load_state_dict(state)  # keeps this rank's slice of each full state
+
+    def sharded_layout(self) -> dict[str, object]:
+        # checkpoint.format = "sharded" is refused at config time (TrainConfig); this is reached
+        # only when resuming a sharded checkpoint written by another backend
+        raise CheckpointError(
+            "parallel.backend = 'colossalai' reads only checkpoint.format = 'full' checkpoints; "
+            "the latest checkpoint holds sharded optimizer state"
+        )
 
     def all_reduce_mean(self, value: float) -> float:
         return all_reduce_mean(value, self.device)

@@ -8,15 +8,20 @@ wrapped optimizer's. Gradient accumulation: the trainer already divides each mic
 n_micro, so backward runs with scale_wrt_gas=False and the last micro-batch is marked as the
 accumulation boundary explicitly (set_gradient_accumulation_boundary), then step() updates once.
 
-Checkpoints: not DeepSpeed's sharded format. A ZeRO checkpoint (mp_rank_*/zero_pp_rank_*) reloads
-only on the same world size, and resuming elsewhere needs an offline conversion (ds_to_universal,
-zero_to_fp32) whose output is not torch.optim's layout either. Instead every rank takes part in
-gathering the full fp32 master weights and Adam moments through DeepSpeed's full-state API
+Checkpoints, checkpoint.format = "full" (the default): not DeepSpeed's sharded format. A ZeRO
+checkpoint (mp_rank_*/zero_pp_rank_*) reloads only on the same world size, and resuming elsewhere
+needs an offline conversion (ds_to_universal, zero_to_fp32) whose output is not torch.optim's layout
+either. Instead every rank takes part in gathering the full fp32 master weights and Adam moments
+through DeepSpeed's full-state API
 (deepspeed.utils.safe_get_full_fp32_param / safe_get_full_optimizer_state, a collective for every
 stage and offload) and rank 0 writes them in the single backend's format, as fsdp2 does: a
 checkpoint saved by ZeRO-3 on 2 ranks resumes with `single` on 1 rank, with any ZeRO stage on any
 world size, and its model directory is a plain ATS model directory. Loading scatters the full
 tensors back with safe_set_full_fp32_param / safe_set_full_optimizer_state.
+checkpoint.format = "sharded": DeepSpeed's own engine.save_checkpoint, every rank its ZeRO
+partition of the fp32 masters and Adam moments, nothing gathered (rank 0 still writes the model
+directory); it resumes only under deepspeed with the same world size and ZeRO stage
+(checkpoint_sharded.check_resumable).
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ from ats_train.backends.process_group import (
     join_process_group,
     leave_process_group,
 )
+from ats_train.checkpoint import CheckpointError
+from ats_train.checkpoint_sharded import DEEPSPEED_DIR, DEEPSPEED_TAG
 from ats_train.config import ConfigError, TrainConfig
 from ats_train.model_state import read_model_state
 from ats_train.precision import Precision
@@ -352,6 +359,40 @@ class DeepSpeedBackend:
             return
         self._zero._hp_optimizer_states_linked = False
         self._zero._lazy_init_hp_params_optimizer_state()
+
+    # ---- checkpoint.format = "sharded": DeepSpeed's own per-rank files ----------------------
+    def sharded_layout(self) -> dict[str, object]:
+        return {
+            "writer": "deepspeed",
+            "backend": self.name,
+            "world_size": self.world_size,
+            "zero_stage": self.ds_config["zero_optimization"]["stage"],
+        }
+
+    def save_optimizer_shards(self, optimizer: torch.optim.Optimizer, directory: Path) -> None:
+        # save_latest=False: ATS's own `latest` names the step; the tag is fixed, the step dir
+        # already says which step it is. DeepSpeed also writes the module's weights (rank 0, in
+        # the training dtype; not with ZeRO-3) besides each rank's zero_pp_rank_* partition.
+        self._engine.save_checkpoint(
+            str(directory / DEEPSPEED_DIR), tag=DEEPSPEED_TAG, client_state={}, save_latest=False
+        )
+
+    def load_optimizer_shards(self, optimizer: torch.optim.Optimizer, directory: Path) -> None:
+        # load_module_strict: the module is this run's model, every name must match;
+        # load_optimizer_states: the point (fp32 masters and Adam moments, this rank's partition);
+        # load_lr_scheduler_states=False: ATS passes no scheduler, it sets the LR every step.
+        path, _ = self._engine.load_checkpoint(
+            str(directory / DEEPSPEED_DIR),
+            tag=DEEPSPEED_TAG,
+            load_module_strict=True,
+            load_optimizer_states=True,
+            load_lr_scheduler_states=False,
+            load_module_only=False,
+        )
+        if path is None:
+            raise CheckpointError(
+                f"DeepSpeed found no checkpoint under {directory / DEEPSPEED_DIR}"
+            )
 
     def all_reduce_mean(self, value: float) -> float:
         return all_reduce_mean(value, self.device)

@@ -14,7 +14,9 @@ their inputs (cast_forward_inputs=False): the residual stream is already bf16 an
 the block context stay fp32, as they are in the single-device run.
 Checkpoints are gathered with torch.distributed.checkpoint's state-dict API (full_state_dict,
 cpu_offload) and written by rank 0 in the single backend's format, so they resume on any world
-size and the model directory is a plain ATS model directory.
+size and the model directory is a plain ATS model directory. With checkpoint.format = "sharded"
+the optimizer state is not gathered: each rank writes its DTensor shards with DCP
+(optimizer_dcp.py), which reshards them on load for any world size and for single or ddp.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
+from ats_train.backends.optimizer_dcp import load_optimizer_dcp, save_optimizer_dcp
 from ats_train.backends.process_group import (
     all_reduce_mean,
     all_reduce_mean_tensor,
@@ -42,6 +45,7 @@ from ats_train.backends.process_group import (
     join_process_group,
     leave_process_group,
 )
+from ats_train.checkpoint_sharded import DCP_DIR
 from ats_train.config import ConfigError
 from ats_train.model_state import read_model_state
 from ats_train.precision import Precision
@@ -164,6 +168,15 @@ class FSDP2Backend:
         set_optimizer_state_dict(
             self._model, optimizer, by_name, options=StateDictOptions(full_state_dict=True)
         )
+
+    def sharded_layout(self) -> dict[str, object]:
+        return {"writer": "dcp", "backend": self.name, "world_size": self.world_size}
+
+    def save_optimizer_shards(self, optimizer: torch.optim.Optimizer, directory: Path) -> None:
+        save_optimizer_dcp(self._model, optimizer, directory / DCP_DIR)
+
+    def load_optimizer_shards(self, optimizer: torch.optim.Optimizer, directory: Path) -> None:
+        load_optimizer_dcp(self._model, optimizer, directory / DCP_DIR)
 
     def all_reduce_mean(self, value: float) -> float:
         return all_reduce_mean(value, self.device)

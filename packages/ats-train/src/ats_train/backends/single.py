@@ -8,6 +8,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ats_train.backends.optimizer_dcp import load_optimizer_dcp, save_optimizer_dcp
+from ats_train.checkpoint_sharded import DCP_DIR
 from ats_train.model_state import read_model_state
 from ats_train.precision import Precision
 
@@ -21,6 +23,7 @@ class SingleBackend:
         self.device = device
         self.precision = precision
         self._params: list[nn.Parameter] = []
+        self._model: nn.Module | None = None  # the plain model (ddp: the one inside the wrapper)
 
     @property
     def is_main(self) -> bool:
@@ -30,6 +33,7 @@ class SingleBackend:
         self, model: nn.Module, optimizer: torch.optim.Optimizer
     ) -> tuple[nn.Module, torch.optim.Optimizer]:
         self._params = [p for p in model.parameters() if p.requires_grad]
+        self._model = model
         return model, optimizer
 
     def backward(self, loss: torch.Tensor, *, last_micro_batch: bool) -> None:
@@ -87,6 +91,15 @@ class SingleBackend:
         self, optimizer: torch.optim.Optimizer, state: dict[str, object]
     ) -> None:
         optimizer.load_state_dict(state)
+
+    def sharded_layout(self) -> dict[str, object]:
+        return {"writer": "dcp", "backend": self.name, "world_size": self.world_size}
+
+    def save_optimizer_shards(self, optimizer: torch.optim.Optimizer, directory: Path) -> None:
+        save_optimizer_dcp(self._model, optimizer, directory / DCP_DIR)
+
+    def load_optimizer_shards(self, optimizer: torch.optim.Optimizer, directory: Path) -> None:
+        load_optimizer_dcp(self._model, optimizer, directory / DCP_DIR)
 
     def all_reduce_mean(self, value: float) -> float:
         return value

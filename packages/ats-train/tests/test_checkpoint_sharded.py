@@ -1,0 +1,149 @@
+"""Sharded checkpoints in one process (checkpoint.format = "sharded", DCP without a process group):
+bitwise-exact resume whichever format wrote the checkpoint and whichever the run now writes,
+keep-last-N on sharded dirs, a corrupted shard refused before anything is written, and the
+resume rule for DeepSpeed's shards. Several ranks: tests/distributed (fsdp2, ddp, deepspeed)."""
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from ats_train.backends import SingleBackend
+from ats_train.checkpoint import LATEST, CheckpointError, checkpoints_dir
+from ats_train.checkpoint_sharded import DCP_DIR, LAYOUT, TRAINER_STATE, check_resumable
+from ats_train.cli import main
+from ats_train.precision import build_precision
+from safetensors.torch import load_file
+
+FORMATS = ("full", "sharded")
+
+
+def _args(overrides, run_dir: Path, checkpoint_format: str) -> list[str]:  # noqa: ANN001
+    extra = {"train__sample_tokens": 0, "checkpoint__format": checkpoint_format}
+    return ["--run-dir", str(run_dir), *overrides(**extra)]
+
+
+def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(run_dir / "model" / "model.safetensors"))
+
+
+def _history(run_dir: Path) -> list[dict]:
+    """metrics.jsonl without the wall-clock fields."""
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    for r in records:
+        for key in ("time", "tokens_per_s", "mfu", "memory_gb"):  # wall-clock and RSS readings
+            r.pop(key, None)
+    return records
+
+
+def _assert_bitwise_same_run(got: Path, want: Path) -> None:
+    a, b = _weights(got), _weights(want)
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+    assert _history(got) == _history(want)
+
+
+def _roll_back_to_step_4(src: Path, dst: Path) -> None:
+    """A copy of a finished 6-step run as if it had died right after its step-4 checkpoint."""
+    shutil.copytree(src, dst)
+    shutil.rmtree(dst / "model")
+    shutil.rmtree(checkpoints_dir(dst) / "step-000006")
+    (checkpoints_dir(dst) / LATEST).write_text("step-000004\n")
+
+
+@pytest.fixture(scope="module")
+def runs(overrides, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:  # noqa: ANN001
+    """format -> an uninterrupted 6-step run (checkpoints at 2, 4, 6; keep_last 2)."""
+    out = {}
+    for checkpoint_format in FORMATS:
+        run_dir = tmp_path_factory.mktemp(checkpoint_format)
+        assert main(_args(overrides, run_dir, checkpoint_format)) == 0
+        out[checkpoint_format] = run_dir
+    return out
+
+
+def test_sharded_checkpoints_hold_dcp_shards_and_are_pruned(runs: dict[str, Path]) -> None:
+    """The format changes what is written, not what is trained (bitwise); keep_last prunes."""
+    _assert_bitwise_same_run(runs["sharded"], runs["full"])
+    root = checkpoints_dir(runs["sharded"])
+    assert sorted(p.name for p in root.iterdir() if p.is_dir()) == ["step-000004", "step-000006"]
+    for step_dir in root.glob("step-*"):
+        state_dir = step_dir / TRAINER_STATE
+        assert not (state_dir / "optimizer.json").exists()  # nothing gathered
+        layout = json.loads((state_dir / LAYOUT).read_text())
+        assert layout == {
+            "format_version": 1,
+            "writer": "dcp",
+            "backend": "single",
+            "world_size": 1,
+        }
+        files = json.loads((step_dir / "manifest.json").read_text())["files"]
+        shards = {f"{TRAINER_STATE}/{DCP_DIR}/.metadata", f"{TRAINER_STATE}/{DCP_DIR}/__0_0.distcp"}
+        assert shards <= files.keys()
+        assert f"{TRAINER_STATE}/rng/rank-00000.json" in files
+
+
+@pytest.mark.parametrize(
+    ("saved", "resumed"), [("sharded", "sharded"), ("full", "sharded"), ("sharded", "full")]
+)
+def test_resume_is_bitwise_exact_whichever_format_wrote_the_checkpoint(
+    runs: dict[str, Path],
+    overrides,  # noqa: ANN001
+    tmp_path: Path,
+    saved: str,
+    resumed: str,
+) -> None:
+    """Resume reads the format the checkpoint holds; checkpoint.format only decides the next."""
+    run_dir = tmp_path / "resumed"
+    _roll_back_to_step_4(runs[saved], run_dir)
+    assert main(_args(overrides, run_dir, resumed)) == 0
+    _assert_bitwise_same_run(run_dir, runs["full"])
+    final_state = checkpoints_dir(run_dir) / "step-000006" / TRAINER_STATE
+    assert (final_state / LAYOUT).is_file() == (resumed == "sharded")
+
+
+def _snapshot(run_dir: Path) -> dict[str, str]:
+    return {
+        p.relative_to(run_dir).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(run_dir.rglob("*"))
+        if p.is_file()
+    }
+
+
+def test_truncated_shard_is_refused_and_nothing_is_overwritten(
+    runs: dict[str, Path],
+    overrides,  # noqa: ANN001
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    run_dir = tmp_path / "resumed"
+    _roll_back_to_step_4(runs["sharded"], run_dir)
+    shard = checkpoints_dir(run_dir) / "step-000004" / TRAINER_STATE / DCP_DIR / "__0_0.distcp"
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    before = _snapshot(run_dir)
+    assert main(_args(overrides, run_dir, "sharded")) != 0
+    err = capsys.readouterr().err
+    assert f"{TRAINER_STATE}/{DCP_DIR}/__0_0.distcp has sha256" in err
+    assert "(corrupted)" in err
+    assert _snapshot(run_dir) == before
+
+
+def test_deepspeed_shards_do_not_resume_under_another_backend(tmp_path: Path) -> None:
+    """DeepSpeed's ZeRO files hold this world size's partitions: only deepspeed at the saved world
+    size and stage reads them (the same-backend case runs in distributed/test_deepspeed.py).
+    DCP shards reshard: any DCP reader at any world size."""
+    state_dir = tmp_path / TRAINER_STATE
+    state_dir.mkdir()
+    backend = SingleBackend(torch.device("cpu"), build_precision("fp32", torch.device("cpu")))
+    layout = {"format_version": 1, "writer": "dcp", "backend": "fsdp2", "world_size": 2}
+    (state_dir / LAYOUT).write_text(json.dumps(layout))
+    check_resumable(tmp_path, backend)
+    layout = {"format_version": 1, "writer": "deepspeed", "backend": "deepspeed", "world_size": 2}
+    (state_dir / LAYOUT).write_text(json.dumps({**layout, "zero_stage": 2}))
+    with pytest.raises(CheckpointError) as e:
+        check_resumable(tmp_path, backend)
+    assert "written by deepspeed on 2 rank(s), ZeRO stage 2" in str(e.value)
+    assert "this run is single on 1 rank(s)" in str(e.value)
