@@ -23,6 +23,7 @@ from ats_train.orchestrator.settings import FaultsSection, OrchestratorSection, 
 PRECISIONS = ("fp32", "bf16", "fp16")
 SCHEDULES = ("cosine", "wsd")
 DEVICES = ("auto", "cpu", "cuda")
+SDPA_BACKENDS = ("auto", "default", "cudnn", "flash", "efficient", "math")  # attention_backend.py
 LOADER_MODES = ("random", "packed")
 # every backend but single runs under torchrun (deepspeed also under the `deepspeed` launcher)
 BACKENDS_IMPLEMENTED = ("single", "ddp", "fsdp2", "deepspeed", "colossalai")
@@ -95,6 +96,9 @@ class TrainSection:
     compile: bool = False
     activation_checkpointing: bool = False
     cuda_graphs: bool = False  # forward + backward replayed from CUDA graphs (cuda_graphs.py)
+    sdpa_backend: str = (
+        "auto"  # attention kernel: auto | default | cudnn | flash | efficient | math
+    )
     eval_every: int = 100  # 0 = only at the end
     eval_batches: int = 4
     log_every: int = 25
@@ -116,6 +120,7 @@ class TrainSection:
         _require(self.seq_len > 0, f"train.seq_len = {self.seq_len} must be > 0")
         _choice("train.precision", self.precision, PRECISIONS)
         _choice("train.device", self.device, DEVICES)
+        _choice("train.sdpa_backend", self.sdpa_backend, SDPA_BACKENDS)
         _require(self.eval_every >= 0, f"train.eval_every = {self.eval_every} must be >= 0")
         _require(self.eval_batches > 0, f"train.eval_batches = {self.eval_batches} must be > 0")
         _require(self.log_every > 0, f"train.log_every = {self.log_every} must be > 0")

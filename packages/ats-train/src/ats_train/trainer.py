@@ -8,8 +8,10 @@ checkpoint, and the next batch is the one the interrupted run would have drawn.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,11 @@ from ats_model import (
 from ats_model.serialization.model_dir import read_config
 from torch import nn
 
+from ats_train.attention_backend import (
+    AttentionBackend,
+    AttentionShape,
+    choose_attention_backend,
+)
 from ats_train.backends import Backend, build_backend
 from ats_train.checkpoint import (
     CheckpointError,
@@ -94,6 +101,7 @@ class Trainer:
     orchestrator: Orchestrator = field(default_factory=Orchestrator.disabled)
     faults: Faults = field(default_factory=lambda: Faults(FaultsSection()))
     graphed: GraphedLoss | None = None  # train.cuda_graphs: forward + backward from CUDA graphs
+    attention: AttentionBackend = field(default_factory=lambda: AttentionBackend(None, {}))
 
     # ---- the loop ------------------------------------------------------------------------------
     def train(self) -> None:
@@ -213,9 +221,15 @@ class Trainer:
         """One micro-batch's forward: (LM loss, unweighted aux losses, detached stats)."""
         if self.graphed is not None:
             return self.graphed(x, y)
-        with self.precision.autocast():
+        with self.forward_context():
             output = self.model(x, targets=y)
         return output.loss, output.aux, output.stats
+
+    @contextlib.contextmanager
+    def forward_context(self, cache: bool = True) -> Iterator[None]:
+        """Around every training and evaluation forward: autocast and the SDPA backend order."""
+        with self.precision.autocast(cache=cache), self.attention.context():
+            yield
 
     @property
     def micro_batch_size(self) -> int:
@@ -250,7 +264,7 @@ class Trainer:
             micro = self.micro_batch_size
             for xm, ym in zip(x.split(micro), y.split(micro), strict=True):
                 n = int((ym != -100).sum())  # the loss is a mean over targets != -100 (host count)
-                with self.precision.autocast():
+                with self.forward_context():
                     output = self.model(
                         xm.to(self.backend.device), targets=ym.to(self.backend.device)
                     )
@@ -497,8 +511,18 @@ def build_trainer(config: TrainConfig, run_dir: Path) -> Trainer:
         write_resolved_config(run_dir, config, resume_step)
     config, train = run_config, run_config.train
 
-    seed_everything(train.seed)
     device = backend.device  # this rank's: cuda:LOCAL_RANK under torchrun
+    shape = AttentionShape.of_run(
+        model_config,
+        micro_batch_size(train, backend.world_size),
+        train.seq_len,
+        precision.autocast_dtype or torch.float32,
+    )
+    # before seeding: the measurement draws from its own generator, but dropout from the global one
+    attention = choose_attention_backend(
+        train.sdpa_backend, shape, device, backend.all_reduce_mean_tensor
+    )
+    seed_everything(train.seed)
     raw_model = build_model(model_config, device=device, kernels=config.kernels)
     model = parallelize(raw_model, train)
     optimizer = build_optimizer(raw_model, config.optim, device)
@@ -522,6 +546,7 @@ def build_trainer(config: TrainConfig, run_dir: Path) -> Trainer:
         flops_per_token=flops_per_token(model_config, train.seq_len),
         peak_flops=peak_flops(device, train.precision),
     )
+    trainer.attention = attention
     trainer.orchestrator = Orchestrator(
         config.orchestrator,
         run_dir if backend.is_main else None,
@@ -532,8 +557,9 @@ def build_trainer(config: TrainConfig, run_dir: Path) -> Trainer:
     trainer.faults = Faults(config.faults)
     trainer.faults.attach(raw_model)
     if train.cuda_graphs:
-        trainer.graphed = GraphedLoss(model, lambda: precision.autocast(cache=False))
+        trainer.graphed = GraphedLoss(model, lambda: trainer.forward_context(cache=False))
     trainer.metrics.message(data.note)
+    trainer.metrics.message(attention.describe())
     total, active = count_params(model_config)
     trainer.metrics.message(
         f"model: {config.model.preset} ({model_config.family}), {total:,} parameters, "

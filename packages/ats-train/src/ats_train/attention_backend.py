@@ -1,0 +1,193 @@
+"""Which scaled_dot_product_attention backend runs the model's attention (issue 5).
+
+torch tries its SDPA backends in a fixed order (flash, memory-efficient, math, cuDNN last), while
+on the H200 cuDNN attention measured about 1.7x flash. So the trainer measures instead of guessing:
+
+- train.sdpa_backend = "auto": on CUDA, one forward + backward of the run's attention call (its
+  micro-batch, heads, kv heads, seq_len, head_dim, dropout and autocast dtype, causal) is timed
+  under each of cuDNN, flash and memory-efficient alone; a backend that cannot run it is skipped.
+  The timings are averaged over ranks, so every rank makes the same choice. On the CPU: torch's
+  own order (its flash kernel runs what these models ask; nothing to choose between).
+- "default": torch's own order, nothing measured.
+- a backend name: that one, which must be able to run the run's attention (else a ConfigError).
+
+The chosen backend goes first and the others follow in torch's order, so the calls it cannot run
+(MoD blocks and padded evaluation pass explicit masks, which flash and cuDNN may refuse) still find
+a kernel. The choice is remade on every start: set a name to pin it across resumes on the GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from ats_model import ModelConfig
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from ats_train.config import ConfigError
+
+BACKENDS = {
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "math": SDPBackend.MATH,
+}
+MEASURED = ("cudnn", "flash", "efficient")  # "auto" on CUDA; math is never the fastest there
+# torch's default priority (torch._C._get_sdp_priority_order): the fallbacks after the choice
+TORCH_ORDER = (
+    SDPBackend.FLASH_ATTENTION,
+    SDPBackend.EFFICIENT_ATTENTION,
+    SDPBackend.MATH,
+    SDPBackend.CUDNN_ATTENTION,
+)
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    """One training attention call: q (batch, n_head, seq_len, head_dim), k/v with n_kv_head."""
+
+    batch: int
+    n_head: int
+    n_kv_head: int
+    seq_len: int
+    head_dim: int
+    dropout: float
+    dtype: torch.dtype
+
+    @classmethod
+    def of_run(
+        cls, model: ModelConfig, micro_batch: int, seq_len: int, dtype: torch.dtype
+    ) -> AttentionShape:
+        return cls(
+            micro_batch,
+            model.n_head,
+            model.n_kv_head,
+            seq_len,
+            model.head_dim,
+            model.dropout,
+            dtype,
+        )
+
+
+@dataclass(frozen=True)
+class AttentionBackend:
+    """The run's SDPA priority (None: torch's own) and what was measured to choose it."""
+
+    order: tuple[SDPBackend, ...] | None
+    timings_ms: dict[str, float | None]  # backend -> ms per forward + backward; None = cannot run
+
+    @contextlib.contextmanager
+    def context(self) -> Iterator[None]:
+        if self.order is None:
+            yield
+            return
+        with sdpa_kernel(list(self.order), set_priority=True):
+            yield
+
+    def describe(self) -> str:
+        first = "torch's default order" if self.order is None else self.order[0].name
+        measured = ", ".join(
+            f"{name} {'cannot run' if ms is None else f'{ms:.3f} ms'}"
+            for name, ms in self.timings_ms.items()
+        )
+        return f"attention: {first}" + (f" (fwd+bwd measured: {measured})" if measured else "")
+
+
+def priority(name: str) -> tuple[SDPBackend, ...]:
+    first = BACKENDS[name]
+    return (first, *(b for b in TORCH_ORDER if b != first))
+
+
+def time_backend(
+    name: str, shape: AttentionShape, device: torch.device, reps: int = 10
+) -> float | None:
+    """Milliseconds per forward + backward of the run's attention call under backend `name` alone,
+    or None when that backend cannot run it here."""
+    generator = torch.Generator(device).manual_seed(0)  # the run's RNG streams are not touched
+
+    def randn(heads: int) -> torch.Tensor:
+        size = (shape.batch, heads, shape.seq_len, shape.head_dim)
+        t = torch.randn(size, generator=generator, device=device, dtype=shape.dtype)
+        return t.requires_grad_()
+
+    q, k, v = randn(shape.n_head), randn(shape.n_kv_head), randn(shape.n_kv_head)
+    grad = torch.randn_like(q)
+
+    def step() -> None:
+        y = F.scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            is_causal=True,
+            dropout_p=shape.dropout,
+            enable_gqa=shape.n_head != shape.n_kv_head,
+        )
+        y.backward(grad)
+
+    # the dispatcher warns why each disabled backend was passed over: expected here, not news
+    with sdpa_kernel([BACKENDS[name]]), warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        try:
+            step()  # warm-up; also where an unsupported shape, dtype or device raises
+        except torch.OutOfMemoryError:
+            raise
+        except RuntimeError:
+            # "No available kernel" (CUDA) / "No viable backend" (CPU): with one backend enabled,
+            # the dispatcher's refusal is the answer to "can it run this call"
+            return None
+        _sync(device)
+        start = time.perf_counter()
+        for _ in range(reps):
+            step()
+        _sync(device)
+    return (time.perf_counter() - start) / reps * 1e3
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def choose_attention_backend(
+    setting: str,
+    shape: AttentionShape,
+    device: torch.device,
+    mean_over_ranks: Callable[[torch.Tensor], torch.Tensor],
+) -> AttentionBackend:
+    """train.sdpa_backend -> the run's AttentionBackend (module docstring).
+
+    mean_over_ranks (values (n,) float64 -> their mean over ranks) makes "auto" agree across
+    ranks; a backend that cannot run on some rank is inf there, so it cannot win."""
+    if setting == "default" or (setting == "auto" and device.type != "cuda"):
+        return AttentionBackend(None, {})
+    if setting != "auto":
+        ms = time_backend(setting, shape, device, reps=1)
+        if ms is None:
+            raise ConfigError(
+                f"train.sdpa_backend = {setting!r} cannot run this run's attention on {device} "
+                f"({shape.dtype}, head_dim {shape.head_dim}, dropout {shape.dropout}): choose "
+                f"another of {', '.join(BACKENDS)}, 'auto' or 'default'"
+            )
+        return AttentionBackend(priority(setting), {})
+    local = {name: time_backend(name, shape, device) for name in MEASURED}
+    return fastest(local, mean_over_ranks)
+
+
+def fastest(
+    local_ms: dict[str, float | None], mean_over_ranks: Callable[[torch.Tensor], torch.Tensor]
+) -> AttentionBackend:
+    """This rank's timings -> the order every rank agrees on: each backend's mean over ranks,
+    inf (so never chosen) where any rank cannot run it; None of them runnable: torch's order."""
+    names = list(local_ms)
+    values = [float("inf") if local_ms[n] is None else local_ms[n] for n in names]
+    mean = mean_over_ranks(torch.tensor(values, dtype=torch.float64)).tolist()
+    timings = {n: (None if ms == float("inf") else ms) for n, ms in zip(names, mean, strict=True)}
+    runnable = {n: ms for n, ms in timings.items() if ms is not None}
+    if not runnable:
+        return AttentionBackend(None, timings)
+    return AttentionBackend(priority(min(runnable, key=runnable.get)), timings)
