@@ -46,10 +46,13 @@ class DDPBackend(SingleBackend):
         self._plain = model
         # broadcast_buffers=False: rank 0's buffers would overwrite the others' every forward;
         # the only trained buffer, MoE expert_bias, is averaged after each step instead.
+        # gradient_as_bucket_view: .grad are views into the all-reduce buckets, so gradients are
+        # neither copied into nor held beside them (one fp32 copy of the model less per rank).
         self._ddp = DistributedDataParallel(
             model,
             device_ids=[self.device.index] if self.device.type == "cuda" else None,
             broadcast_buffers=False,
+            gradient_as_bucket_view=True,
         )
         return self._ddp, optimizer
 
