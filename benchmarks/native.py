@@ -18,6 +18,13 @@ of preparation; later runs: ~8 minutes.
 
 Prints one JSON line per measurement: {"name", "ours", "baseline", "ratio", "hardware", "unit"},
 ratio = ours / baseline (> 1: ATS is faster).
+
+Compute ceiling: the CPU's measured peak multiply-add rate (`ats_native.cpu_peak`: register-only
+loops of int8 dot products, AVX-512 VNNI vpdpbusd, and of fp32 FMA, on the same 2 threads) and
+every prefill as a fraction of it (weight-matmul multiply-adds per token x tokens/s; attention
+scores left out, a few % at 128 tokens). Rows "..._fraction-of-peak": ours = GMAC/s done,
+baseline = the peak, ratio = the fraction; "5x-torch-eager_vs_int8-peak": the rate a prefill 5x
+PyTorch eager would need against the int8 peak (ratio > 1: out of reach on this CPU).
 Run: uv run --no-sync python benchmarks/native.py [--models dense moe] [--reps 2]
 """
 
@@ -37,6 +44,10 @@ import numpy as np  # both venvs have it: the llama.cpp worker runs this file to
 LLAMA_CPP_VERSION = "0.3.36"
 THREADS = 2
 PRECISIONS = {"fp32": ("f32", None), "int8": ("q8_0", (8, None)), "int4": ("q4_0", (4, 32))}
+# the peak each precision's prefill is held against: integer dots for int8/int4 weights (the
+# activations are rounded to int8), fp32 FMA for fp32
+PEAK_KINDS = ("int8", "fp32")
+PEAK_OF = {"fp32": "fp32", "int8": "int8", "int4": "int8"}
 
 
 def model_configs() -> dict[str, dict]:
@@ -57,6 +68,30 @@ def model_configs() -> dict[str, dict]:
             moe=dict(n_experts=16, top_k=2),
         ),
     }
+
+
+def macs_per_token(fields: dict) -> int:
+    """Multiply-adds of the weight matmuls one token runs (MoE: the top_k chosen experts, the
+    router and any shared experts; LM head included), from the ModelConfig fields."""
+    C, F, V, L = fields["dim"], fields["ffn_dim"], fields["vocab_size"], fields["n_layer"]
+    head_dim = fields.get("head_dim") or C // fields["n_head"]
+    H, KV = fields["n_head"] * head_dim, fields["n_kv_head"] * head_dim
+    attn = C * H + 2 * C * KV + H * C
+    moe = fields.get("moe")
+    if moe is None:
+        ffn = 3 * C * F
+    else:
+        n_ffn = moe["top_k"] + moe.get("n_shared_experts", 0)
+        ffn = 3 * C * F * n_ffn + moe["n_experts"] * C
+    return L * (attn + ffn) + V * C
+
+
+def measured_peak(reps: int) -> dict[str, float]:
+    """{"int8", "fp32"}: best of `reps` measurements of the peak multiply-adds/s (the machine may
+    be shared: the best is the closest to the CPU's own)."""
+    import ats_native
+
+    return {k: max(ats_native.cpu_peak(k, THREADS, 0.5) for _ in range(reps)) for k in PEAK_KINDS}
 
 
 def hardware() -> str:
@@ -290,13 +325,46 @@ def same_weights_check(name: str, model_dir: Path, prompt: list[int], theirs) ->
 
 
 # ---- report -----------------------------------------------------------------------------------
-def emit(name: str, ours: float, baseline: float, hw: str) -> None:
+def emit(name: str, ours: float, baseline: float, hw: str, unit: str = "tokens/s") -> None:
     row = {"name": name, "ours": round(ours, 2), "baseline": round(baseline, 2)}
-    row.update(ratio=round(ours / baseline, 3), hardware=hw, unit="tokens/s")
+    row.update(ratio=round(ours / baseline, 3), hardware=hw, unit=unit)
     print(json.dumps(row), flush=True)
 
 
-def run_model(name: str, fields: dict, python: Path | None, args: argparse.Namespace) -> None:
+def emit_peak_fractions(
+    name: str, fields: dict, ours: dict, eager: tuple | None, peak: dict, hw: str
+) -> None:
+    """Prefill GMAC/s against the measured peak, and what 5x torch eager would need."""
+    gmacs = macs_per_token(fields) / 1e9  # per token
+    for precision, rates in ours.items():
+        kind = PEAK_OF[precision]
+        emit(
+            f"native/{name}/prefill/ats-{precision}_fraction-of-{kind}-peak",
+            rates[0] * gmacs,
+            peak[kind] / 1e9,
+            hw,
+            "GMAC/s",
+        )
+    if eager is not None:
+        emit(
+            f"native/{name}/prefill/torch-eager-fp32_fraction-of-fp32-peak",
+            eager[0] * gmacs,
+            peak["fp32"] / 1e9,
+            hw,
+            "GMAC/s",
+        )
+        emit(
+            f"native/{name}/prefill/5x-torch-eager_vs_int8-peak",
+            5 * eager[0] * gmacs,
+            peak["int8"] / 1e9,
+            hw,
+            "GMAC/s",
+        )
+
+
+def run_model(
+    name: str, fields: dict, python: Path | None, peak: dict, args: argparse.Namespace
+) -> None:
     import ats_native
 
     hw = f"{hardware()}, ats kernels {ats_native.cpu_features()['kernels']}"
@@ -306,6 +374,7 @@ def run_model(name: str, fields: dict, python: Path | None, args: argparse.Names
     for precision in args.precisions:
         ours[precision] = bench_ats(paths[precision]["ats"], prompt, args.decode, args.reps)
         log(f"{name} ats {precision}: prefill/decode {ours[precision]}")
+    eager = None
     if not args.no_torch:
         n_torch = max(4, args.decode // 4)  # eager decode is slow; fewer tokens, same rate
         eager = bench_torch(paths["fp32"]["ats"], prompt, n_torch, args.reps)
@@ -318,6 +387,7 @@ def run_model(name: str, fields: dict, python: Path | None, args: argparse.Names
                     eager[i],
                     hw,
                 )
+    emit_peak_fractions(name, fields, ours, eager, peak, hw)
     if python is not None:
         for precision, rates in ours.items():
             outtype = PRECISIONS[precision][0]
@@ -356,9 +426,17 @@ def main() -> None:
         return
     python = None if args.no_llama_cpp else ensure_llama_venv(args.cache / "llama-venv")
     start = time.perf_counter()
+    import ats_native
+
+    hw = f"{hardware()}, ats kernels {ats_native.cpu_features()['kernels']}"
+    peak = measured_peak(3)
+    log(f"measured peak GMAC/s on {THREADS} threads: " + str({k: v / 1e9 for k, v in peak.items()}))
+    emit(
+        "native/cpu-peak/int8-dot_vs_fp32-fma", peak["int8"] / 1e9, peak["fp32"] / 1e9, hw, "GMAC/s"
+    )
     for name, fields in model_configs().items():
         if name.split("-")[0] in args.models:
-            run_model(name, fields, python, args)
+            run_model(name, fields, python, peak, args)
     log(f"done in {time.perf_counter() - start:.0f}s")
 
 

@@ -154,6 +154,23 @@ void bind_model(nb::module_ &m) {
         "CPU SIMD features and the kernel set chosen for them (avx512 / avx2 / neon / scalar).");
 
     m.def(
+        "cpu_peak",
+        [](const std::string &kind, int threads, double seconds) {
+            char err[512];
+            double rate;
+            {
+                nb::gil_scoped_release release;
+                rate = ats_cpu_peak(kind.c_str(), threads, seconds, err, sizeof err);
+            }
+            if (rate < 0) raise_value_error(err);
+            return rate;
+        },
+        "kind"_a, "threads"_a = 2, "seconds"_a = 0.5,
+        "Measured peak multiply-adds per second of this CPU on `threads` threads: kind 'int8' "
+        "(int8 dot products: AVX-512 VNNI vpdpbusd, else AVX2) or 'fp32' (FMA), register-only "
+        "loops running `seconds` each.");
+
+    m.def(
         "quantized_matmul",
         [](nb::ndarray<nb::numpy, nb::c_contig, nb::device::cpu> codes,
            nb::ndarray<nb::numpy, const float, nb::c_contig, nb::device::cpu> scale,

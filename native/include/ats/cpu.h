@@ -1,5 +1,6 @@
 /* What the CPU offers and which kernel set the runtime picked for it (C API). */
 #pragma once
+#include <stddef.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -17,6 +18,12 @@ typedef struct {
 } ats_cpu_features;
 
 void ats_cpu_features_get(ats_cpu_features *out);
+
+/* Measured peak multiply-adds per second on n_threads threads (each running `seconds`, 0 < s <=
+ * 60) of kind "int8" (int8 x int8 dot products: AVX-512 VNNI vpdpbusd, else AVX2 vpmaddubsw +
+ * vpmaddwd) or "fp32" (FMA, zmm else ymm), register-only loops. Returns -1 with err set on an
+ * unknown kind, bad arguments, or a CPU without AVX2. */
+double ats_cpu_peak(const char *kind, int n_threads, double seconds, char *err, size_t err_cap);
 
 #ifdef __cplusplus
 }

@@ -4,7 +4,8 @@ Tokenizer fast path (contract: the ats_tokenizer package is the reference): `pre
 `BpeEncoder`, `WordCounter`, `train_bpe`.
 Model runtime (issue 7; contract: briefs/native_runtime.md): `Model` (a model directory:
 logits, streaming `generate` -> `Generation`, `generate_batch`), `Tokenizer` (tokenizer.json),
-`cpu_features`, `quantized_matmul` (one int8/int4 matmul through the runtime's path, for tests).
+`cpu_features`, `cpu_peak` (measured peak multiply-adds/s), `quantized_matmul` (one int8/int4
+matmul through the runtime's path, for tests).
 """
 
 from ats_native._ats_native import (
@@ -14,6 +15,7 @@ from ats_native._ats_native import (
     Tokenizer,
     WordCounter,
     cpu_features,
+    cpu_peak,
     pretokenize,
     quantized_matmul,
     train_bpe,
@@ -27,6 +29,7 @@ __all__ = [
     "Tokenizer",
     "WordCounter",
     "cpu_features",
+    "cpu_peak",
     "pretokenize",
     "quantized_matmul",
     "train_bpe",

@@ -39,6 +39,11 @@ def train_bpe(counts: dict[bytes, int], n_merges: int, min_frequency: int) -> li
 def cpu_features() -> dict[str, str | bool]:
     """CPU SIMD features and the kernel set chosen for them ("kernels": avx512 / avx2 / neon / scalar)."""
 
+def cpu_peak(kind: str, threads: int = 2, seconds: float = 0.5) -> float:
+    """Measured peak multiply-adds per second of this CPU on `threads` threads: kind "int8" (int8
+    dot products: AVX-512 VNNI vpdpbusd, else AVX2) or "fp32" (FMA), register-only loops running
+    `seconds` each."""
+
 def quantized_matmul(
     codes: npt.NDArray[np.int8] | npt.NDArray[np.uint8],
     scale: npt.NDArray[np.float32],

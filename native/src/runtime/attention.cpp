@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "forward.h"
 
@@ -47,37 +48,60 @@ void attention(ats_session *s, int64_t layer, const Rows &rows, float *q, float 
         valid[slot] = 1;
     }
 
+    /* one task per (row, kv head): the group's query heads share each key and value load, 4 keys
+     * per dot_f32 call and 4 values per axpy call */
     const float scale = 1.0f / sqrtf((float)hd);
     const Kernels *kern = m->kernels;
     int64_t work = 0; /* multiply-adds: two per key and head dimension */
     for (int64_t r = 0; r < rows.M; r++) work += 2 * (rows.pos[r] + 1) * NH * hd;
-    m->pool->run_sized((int)(rows.M * NH), work, [&](int task) {
-        int64_t r = task / NH, h = task % NH, kvh = h / group;
+    m->pool->run_sized((int)(rows.M * NKV), work, [&](int task) {
+        int64_t r = task / NKV, kvh = task % NKV;
         int64_t base = (int64_t)rows.seq[r] * L, n_keys = rows.pos[r] + 1;
-        const float *qv = q + r * NH * hd + h * hd;
-        std::vector<float> scores((size_t)n_keys);
-        float mx = -INFINITY;
+        thread_local std::vector<int64_t> keys; /* valid slots of this row's sequence */
+        thread_local std::vector<float> scores; /* (4 query heads, keys) */
+        keys.clear();
         for (int64_t t = 0; t < n_keys; t++) {
-            if (!valid[base + t]) continue;
-            const float *kv = kc + (base + t) * KV + kvh * hd;
-            float d[4];
-            kern->dot_f32((int)hd, &kv, 1, &qv, 1, d);
-            scores[(size_t)t] = d[0] * scale;
-            mx = std::max(mx, scores[(size_t)t]);
+            if (valid[base + t]) keys.push_back(base + t);
         }
-        double sum = 0.0;
-        for (int64_t t = 0; t < n_keys; t++) {
-            if (!valid[base + t]) continue;
-            float e = expf(scores[(size_t)t] - mx);
-            scores[(size_t)t] = e;
-            sum += e;
-        }
-        float *o = out + r * NH * hd + h * hd;
-        memset(o, 0, (size_t)hd * sizeof(float));
-        float inv = (float)(1.0 / sum);
-        for (int64_t t = 0; t < n_keys; t++) {
-            if (!valid[base + t]) continue;
-            kern->axpy((int)hd, scores[(size_t)t] * inv, vc + (base + t) * KV + kvh * hd, o);
+        const int64_t nk = (int64_t)keys.size();
+        scores.resize((size_t)(4 * nk));
+        for (int64_t g0 = 0; g0 < group; g0 += 4) {
+            const int ng = (int)std::min<int64_t>(4, group - g0);
+            const float *qv[4];
+            for (int j = 0; j < ng; j++) qv[j] = q + r * NH * hd + (kvh * group + g0 + j) * hd;
+            for (int64_t i = 0; i < nk; i += 4) {
+                const int nw = (int)std::min<int64_t>(4, nk - i);
+                const float *kr[4];
+                for (int u = 0; u < nw; u++) kr[u] = kc + keys[(size_t)(i + u)] * KV + kvh * hd;
+                float d[16];
+                kern->dot_f32((int)hd, kr, nw, qv, ng, d);
+                for (int u = 0; u < nw; u++) {
+                    for (int j = 0; j < ng; j++) scores[(size_t)(j * nk + i + u)] = d[u * 4 + j] * scale;
+                }
+            }
+            for (int j = 0; j < ng; j++) {
+                float *sc = scores.data() + j * nk;
+                float mx = -INFINITY;
+                for (int64_t i = 0; i < nk; i++) mx = std::max(mx, sc[i]);
+                double sum = 0.0;
+                for (int64_t i = 0; i < nk; i++) {
+                    sc[i] = expf(sc[i] - mx);
+                    sum += sc[i];
+                }
+                float inv = (float)(1.0 / sum);
+                float *o = out + r * NH * hd + (kvh * group + g0 + j) * hd;
+                memset(o, 0, (size_t)hd * sizeof(float));
+                for (int64_t i = 0; i < nk; i += 4) {
+                    const int nv = (int)std::min<int64_t>(4, nk - i);
+                    float a[4];
+                    const float *vr[4];
+                    for (int u = 0; u < nv; u++) {
+                        a[u] = sc[i + u] * inv;
+                        vr[u] = vc + keys[(size_t)(i + u)] * KV + kvh * hd;
+                    }
+                    kern->axpy((int)hd, nv, a, vr, o);
+                }
+            }
         }
     });
 }

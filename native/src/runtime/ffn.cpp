@@ -1,7 +1,11 @@
 /* Row-wise pieces of a block: RMSNorm (Zhang & Sennrich 2019, HF LlamaRMSNorm order) and the
- * SwiGLU FFN (Shazeer 2020): w2(silu(w1 x) * w3 x), w1 = gate, w3 = up, w2 = down. */
+ * SwiGLU FFN (Shazeer 2020): w2(silu(w1 x) * w3 x), w1 = gate, w3 = up, w2 = down. On packed
+ * int8/int4 weights the gate and up projections of every FFN of a call (one dense FFN, or the
+ * chosen experts plus the shared one) run as ONE pool job on activations quantized once, and
+ * so do the down projections (issue 7: at decode each pool job costs a wake-up). */
 #include <math.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "forward.h"
@@ -18,16 +22,65 @@ void rms_norm(const float *x, const float *weight, int64_t M, int64_t C, double 
     }
 }
 
+/* g[i] = silu(g[i]) * u[i] for i < n (the kernel set's silu_mul), spread over the pool */
+static void silu_mul(ThreadPool *pool, const Kernels *k, float *g, const float *u, int64_t n) {
+    const int64_t chunk = 4096;
+    pool->run_sized((int)((n + chunk - 1) / chunk), n * 8, [&](int t) {
+        int64_t i0 = t * chunk, len = std::min(n, i0 + chunk) - i0;
+        k->silu_mul((int)len, g + i0, u + i0);
+    });
+}
+
+bool swiglu_is_packed(const Weight &w1, const Weight &w3, const Weight &w2) {
+    return w1.packed && w3.packed && w2.packed;
+}
+
+void swiglu_packed(ats_model *m, const SwiGLUPart *parts, int n_parts) {
+    ThreadPool *pool = m->pool.get();
+    const Kernels *k = m->kernels;
+    /* scratch reused across calls (no heap traffic per decode step once warm) */
+    thread_local std::vector<float> g, u;
+    thread_local std::vector<QActRows> hq;
+    thread_local std::vector<MatmulJob> jobs;
+    thread_local std::vector<int64_t> offset;
+    offset.assign((size_t)n_parts + 1, 0);
+    for (int p = 0; p < n_parts; p++) {
+        offset[(size_t)p + 1] = offset[(size_t)p] + parts[p].N * parts[p].w1.rows;
+    }
+    g.resize((size_t)offset[(size_t)n_parts]);
+    u.resize((size_t)offset[(size_t)n_parts]);
+    if (hq.size() < (size_t)n_parts) hq.resize((size_t)n_parts);
+    jobs.clear();
+    for (int p = 0; p < n_parts; p++) {
+        const SwiGLUPart &s = parts[p];
+        jobs.push_back({s.w1, s.x, s.N, g.data() + offset[(size_t)p]});
+        jobs.push_back({s.w3, s.x, s.N, u.data() + offset[(size_t)p]});
+    }
+    matmul_jobs(pool, k, jobs.data(), (int)jobs.size());
+    silu_mul(pool, k, g.data(), u.data(), offset[(size_t)n_parts]);
+    jobs.clear();
+    for (int p = 0; p < n_parts; p++) {
+        const SwiGLUPart &s = parts[p];
+        qact_build(pool, k, g.data() + offset[(size_t)p], s.N, s.w1.rows, &hq[(size_t)p]);
+        jobs.push_back({s.w2, hq[(size_t)p].rows.data(), s.N, s.y});
+    }
+    matmul_jobs(pool, k, jobs.data(), (int)jobs.size());
+}
+
 void swiglu_ffn(ats_model *m, const Weight &w1, const Weight &w3, const Weight &w2, const float *x,
                 int64_t M, float *y) {
+    if (swiglu_is_packed(w1, w3, w2)) {
+        thread_local QActRows xq;
+        qact_build(m->pool.get(), m->kernels, x, M, w1.cols, &xq);
+        SwiGLUPart part{w1, w3, w2, xq.rows.data(), M, y};
+        swiglu_packed(m, &part, 1);
+        return;
+    }
     int64_t F = w1.rows;
     std::vector<float> g((size_t)(M * F)), u((size_t)(M * F));
     matmul(m->pool.get(), m->kernels, w1, x, M, g.data());
     matmul(m->pool.get(), m->kernels, w3, x, M, u.data());
-    for (int64_t i = 0; i < M * F; i++) {
-        float gi = g[(size_t)i];
-        g[(size_t)i] = gi / (1.0f + expf(-gi)) * u[(size_t)i];
-    }
+    silu_mul(m->pool.get(), m->kernels, g.data(), u.data(), M * F);
     matmul(m->pool.get(), m->kernels, w2, g.data(), M, y);
 }
 

@@ -21,16 +21,22 @@ static void block(ats_session *s, int64_t li, const float *x, const Rows &rows, 
     const Layer &L = m->layers[(size_t)li];
     const int64_t M = rows.M, C = c.dim, H = c.n_head * c.head_dim, KV = c.n_kv_head * c.head_dim;
     ThreadPool *pool = m->pool.get();
-    std::vector<float> h((size_t)(M * C)), q((size_t)(M * H)), k((size_t)(M * KV)),
-        v((size_t)(M * KV)), att((size_t)(M * H));
+    /* scratch reused across layers and calls: fresh multi-100-KiB vectors per layer cost page
+     * faults at prefill */
+    thread_local std::vector<float> h, q, k, v, att, hn;
+    h.resize((size_t)(M * C));
+    q.resize((size_t)(M * H));
+    k.resize((size_t)(M * KV));
+    v.resize((size_t)(M * KV));
+    att.resize((size_t)(M * H));
+    hn.resize((size_t)(M * C));
     rms_norm(x, L.attn_norm, M, C, c.norm_eps, h.data());
-    matmul(pool, m->kernels, L.wq, h.data(), M, q.data());
-    matmul(pool, m->kernels, L.wk, h.data(), M, k.data());
-    matmul(pool, m->kernels, L.wv, h.data(), M, v.data());
+    const Weight *qkv_w[3] = {&L.wq, &L.wk, &L.wv};
+    float *qkv_y[3] = {q.data(), k.data(), v.data()};
+    matmul_same_x(pool, m->kernels, qkv_w, 3, h.data(), M, qkv_y); /* one pool job when packed */
     attention(s, li, rows, q.data(), k.data(), v.data(), att.data());
     matmul(pool, m->kernels, L.wo, att.data(), M, a);
     for (int64_t i = 0; i < M * C; i++) h[(size_t)i] = x[i] + a[i];
-    std::vector<float> hn((size_t)(M * C));
     rms_norm(h.data(), L.ffn_norm, M, C, c.norm_eps, hn.data());
     if (c.has_moe) {
         moe_ffn(m, L, hn.data(), M, f);

@@ -42,6 +42,21 @@ void attention(ats_session *s, int64_t layer, const Rows &rows, float *q, float 
 void swiglu_ffn(ats_model *m, const Weight &w1, const Weight &w3, const Weight &w2, const float *x,
                 int64_t M, float *y);
 
+/* One SwiGLU FFN of a swiglu_packed call: N quantized input rows x, output y (N, w2.rows). */
+struct SwiGLUPart {
+    Weight w1, w3, w2; /* all packed (swiglu_is_packed) */
+    const QAct *x;
+    int64_t N;
+    float *y;
+};
+
+/* True when the three weights are repacked (the integer path applies). */
+bool swiglu_is_packed(const Weight &w1, const Weight &w3, const Weight &w2);
+
+/* Several SwiGLU FFNs at once (the chosen experts and the shared one): every gate and up
+ * projection in one pool job, every down projection in one more. */
+void swiglu_packed(ats_model *m, const SwiGLUPart *parts, int n_parts);
+
 /* MoE FFN (router softmax with temperature, top-k chosen with expert_bias, norm_topk, capacity as
  * ats-model applies it over the rows of this call, per-expert batched SwiGLU, shared experts). */
 void moe_ffn(ats_model *m, const Layer &L, const float *x, int64_t M, float *y);

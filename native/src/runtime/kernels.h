@@ -2,18 +2,18 @@
  * AVX-512 (F+BW+VL), AVX2+FMA, NEON (aarch64), or the scalar reference. The x86 versions are
  * compiled with __attribute__((target)) so one binary runs on every CPU.
  *
- * Every kernel computes the nw x nx dot products of nw weight rows (1..4) with nx activation rows
+ * The fp32-activation kernels compute the nw x nx dot products of nw weight rows (1..4) with nx activation rows
  * (1..4): a register block that loads (and dequantizes) each weight vector once for 4 activation
  * rows and each activation vector once for 4 weight rows.
  *  - dot_q8 / dot_q4 turn int8/int4 codes into the fp32 weights the reference dequantizer gives
  *    (q * scale, (c - 8) * scale) before the FMA: an fp32 matmul with dequantized weights up to
  *    summation order. matmul uses them where the integer path does not apply (rows that are not
  *    whole 32-blocks, or a set without integer kernels).
- *  - dot_q8_i8 / dot_q4_i8 take activations quantized to int8 per 32-block (QAct) and do the dots
- *    in integers (AVX2 vpmaddubsw + vpmaddwd, or the scalar reference), scaling once per block:
- *    llama.cpp's Q8_0 x Q8_0 / Q4_0 scheme, on the loaded weight layouts.
- *  - dot_q8_packed / dot_q4_packed (AVX-512 VNNI vpdpbusd) do the same on weights repacked at
- *    load (repack.h). */
+ *  - dot_q8_packed / dot_q4_packed take activations quantized to int8 per 32-block (QAct) and
+ *    do the dots in integers on weights repacked at load (repack.h: 16 rows per row group, one
+ *    output row per 32-bit vector lane), scaling once per block: llama.cpp's Q8_0 x Q8_0 / Q4_0
+ *    scheme. AVX-512 VNNI (vpdpbusd), AVX2 (vpmaddubsw + vpmaddwd) and the scalar reference all
+ *    stream the same packed layout. */
 #pragma once
 #include <stdint.h>
 
@@ -21,22 +21,22 @@
 
 namespace ats {
 
-/* One activation row quantized for the integer path: blocks of 32 elements, each
- * q = round(x / d) in [-127, 127] with d = max|x| / 127 (llama.cpp's Q8_0 activations). The block
- * count is padded to even (zero blocks) so AVX-512 reads 64 codes = 2 blocks at a time.
- * Code order inside a pair of blocks b = 2p, 2p + 1 (64 bytes at q + 64p):
- *   natural (int8 weights, and int4 weights repacked by repack.h): block b at q + 32b;
- *   nibble-split (int4 weights as loaded): [even elements of b | even of b+1 | odd of b |
- *   odd of b+1], 16 each, matching the low / high nibble planes of the pair's 32 weight bytes.
- * The 16 int32 lanes of a 64-byte pair (4 codes each) get lane_d (the lane's block scale d) and,
- * for int4, lane_neg8 = -8 * (sum of the lane's 4 codes), which turns sum(code * x) into
- * sum((code - 8) * x). */
+/* One activation row quantized for the integer path: blocks of 32 elements in natural order,
+ * each q = round(x / d) in [-127, 127] with d = max|x| / 127 (llama.cpp's Q8_0 activations), and
+ * the sum of each block's codes: the packed kernels multiply unsigned weight codes u = w + 128
+ * (int8) or u = c (int4, weight c - 8) with q, so sum(w * q) = sum(u * q) - 128 * sum(q)
+ * (int8) and sum((c - 8) * q) = sum(c * q) - 8 * sum(q) (int4). */
 struct QAct {
-    const int8_t *q;        /* n_pairs * 64 codes */
-    const float *d;         /* n_pairs * 2 block scales */
-    const float *lane_d;    /* n_pairs * 16 */
-    const int32_t *lane_neg8; /* n_pairs * 16 (int4 layout only) */
+    const int8_t *q;     /* n_blocks * 32 codes */
+    const float *d;      /* n_blocks block scales */
+    const int32_t *sum;  /* n_blocks sums of the block's codes */
 };
+
+/* Weight rows per row group of the packed layouts (repack.h): one per 32-bit lane of a 512-bit
+ * vector. */
+static const int PACK_ROWS = 16;
+/* Activation rows one packed-kernel call takes at most (register budget of the VNNI kernels). */
+static const int PACK_MAX_NX = 8;
 
 struct Kernels {
     const char *name; /* "avx512", "avx2", "neon" or "scalar" */
@@ -52,29 +52,36 @@ struct Kernels {
      * vector. */
     void (*dot_q4)(int n, int group, const uint8_t *const *w, const float *const *scale, int nw,
                    const float *const *xe, const float *const *xo, int nx, float *out);
-    /* Integer-activation versions of dot_q8 / dot_q4 (n a multiple of 32): int8 weight codes x
-     * int8 activation codes per 32-block, scaled once per block by d * weight scale. NULL when
-     * the set has none (matmul then uses the fp32-activation kernels above). */
-    void (*dot_q8_i8)(int n, const int8_t *const *w, const float *scale, int nw,
-                      const QAct *const *x, int nx, float *out);
-    void (*dot_q4_i8)(int n, int group, const uint8_t *const *w, const float *const *scale,
-                      int nw, const QAct *const *x, int nx, float *out);
-    /* The same integer dots on weights repacked at load (repack.h): 4 weight rows interleaved
-     * per pair of 32-blocks, so one sequential stream feeds the kernel. w = one row group's
-     * packed bytes, n_pairs pairs; nx = 1 or 4 QAct rows; out[i * 4 + r] for the 4 rows. NULL
-     * when the set works on the loaded layout (the dot_*_i8 kernels above). */
-    void (*dot_q8_packed)(int n_pairs, const uint8_t *w, const QAct *const *x, int nx,
+    /* Integer dots on weights repacked at load (repack.h): one row group (PACK_ROWS weight rows,
+     * n_blocks 32-blocks each) against nx QAct rows, 1 <= nx <= PACK_MAX_NX, into
+     * out[r * PACK_ROWS + i] (weight row i of the group, activation row r):
+     *   int8: (sum_b dot_b * d_b) * row_scale_i
+     *   int4: sum_b dot_b * (scale_ib * d_b), scale_ib the fp16 scale of the packed copy
+     * with dot_b the exact integer dot of block b. NULL when the set has no integer kernels
+     * (matmul then uses the fp32-activation kernels above on the loaded layout). */
+    void (*dot_q8_packed)(int n_blocks, const uint8_t *w, const QAct *const *x, int nx,
                           float *out);
-    void (*dot_q4_packed)(int n_pairs, const uint8_t *w, const QAct *const *x, int nx,
+    void (*dot_q4_packed)(int n_blocks, const uint8_t *w, const QAct *const *x, int nx,
                           float *out);
-    /* y[i] += a * x[i] */
-    void (*axpy)(int n, float a, const float *x, float *y);
+    /* y[i] += a[j] * x[j][i] for j = 0..m-1 in order (m = 1..4 rows: y stays in registers) */
+    void (*axpy)(int n, int m, const float *a, const float *const *x, float *y);
     /* n_blocks blocks of 32 activations x -> codes q (natural order) and block scales d (QAct) */
     void (*quantize_q8_0)(int n_blocks, const float *x, int8_t *q, float *d);
+    /* g[i] = silu(g[i]) * u[i] = g[i] / (1 + exp(-g[i])) * u[i] (SwiGLU's gate; the SIMD sets
+     * evaluate exp with a degree-6 polynomial, within a few ulp of expf) */
+    void (*silu_mul)(int n, float *g, const float *u);
 };
 
 /* The scalar quantize_q8_0 (the reference; also the AVX2 and NEON sets'). */
 void quantize_q8_0_scalar(int n_blocks, const float *x, int8_t *q, float *d);
+
+/* The scalar silu_mul (expf; also the NEON set's). */
+void silu_mul_scalar(int n, float *g, const float *u);
+
+/* IEEE half precision <-> fp32, round to nearest even (what F16C's vcvtps2ph and numpy's
+ * astype(float16) do); the packed int4 scales are stored as fp16. */
+uint16_t fp16_from_f32(float f);
+float f32_from_fp16(uint16_t h);
 
 /* The kernel set for this CPU (chosen once, thread-safe). */
 const Kernels *kernels_get();

@@ -2,6 +2,7 @@
 #include "kernels.h"
 
 #include <math.h>
+#include <string.h>
 
 namespace ats {
 
@@ -43,41 +44,78 @@ static void dot_q4(int n, int group, const uint8_t *const *w, const float *const
     }
 }
 
-/* Integer path: per 32-block an exact integer dot of codes, scaled by d_block * weight scale. */
-static void dot_q8_i8(int n, const int8_t *const *w, const float *scale, int nw,
-                      const QAct *const *x, int nx, float *out) {
-    for (int i = 0; i < nw; i++) {
+/* Integer path on the packed layouts (repack.h): per 32-block an exact integer dot of codes,
+ * scaled by d_block (and the fp16 int4 weight scale). */
+static void dot_q8_packed(int n_blocks, const uint8_t *w, const QAct *const *x, int nx,
+                          float *out) {
+    const float *row_scale = (const float *)w; /* row-group header */
+    const uint8_t *codes = w + PACK_ROWS * 4;
+    for (int L = 0; L < PACK_ROWS; L++) {
         for (int r = 0; r < nx; r++) {
             float acc = 0.0f;
-            for (int b = 0; b < n / 32; b++) {
+            for (int b = 0; b < n_blocks; b++) {
+                const uint8_t *rec = codes + b * 512;
                 int32_t dot = 0;
-                for (int j = 0; j < 32; j++) dot += (int32_t)w[i][b * 32 + j] * x[r]->q[b * 32 + j];
+                for (int e = 0; e < 32; e++) { /* element e: vector e / 4, lane L, byte e % 4 */
+                    int32_t wq = (int32_t)rec[64 * (e / 4) + 4 * L + e % 4] - 128;
+                    dot += wq * x[r]->q[b * 32 + e];
+                }
                 acc += (float)dot * x[r]->d[b];
             }
-            out[i * 4 + r] = acc * scale[i];
+            out[r * PACK_ROWS + L] = acc * row_scale[L];
         }
     }
 }
 
-static void dot_q4_i8(int n, int group, const uint8_t *const *w, const float *const *scale,
-                      int nw, const QAct *const *x, int nx, float *out) {
-    for (int i = 0; i < nw; i++) {
+static void dot_q4_packed(int n_blocks, const uint8_t *w, const QAct *const *x, int nx,
+                          float *out) {
+    for (int L = 0; L < PACK_ROWS; L++) {
         for (int r = 0; r < nx; r++) {
             float acc = 0.0f;
-            for (int b = 0; b < n / 32; b++) {
-                /* QAct int4 order: even codes of b at pair + 16h, odd codes at pair + 32 + 16h */
-                const int8_t *xe = x[r]->q + (b / 2) * 64 + (b % 2) * 16, *xo = xe + 32;
-                const uint8_t *wb = w[i] + b * 16;
+            for (int b = 0; b < n_blocks; b++) {
+                const uint8_t *rec = w + b * 288;
                 int32_t dot = 0;
-                for (int j = 0; j < 16; j++) {
-                    dot += ((int32_t)(wb[j] & 0x0F) - 8) * xe[j];
-                    dot += ((int32_t)(wb[j] >> 4) - 8) * xo[j];
+                for (int e = 0; e < 16; e++) { /* byte: element e (low), element 16 + e (high) */
+                    uint8_t c = rec[64 * (e / 4) + 4 * L + e % 4];
+                    dot += ((int32_t)(c & 0x0F) - 8) * x[r]->q[b * 32 + e];
+                    dot += ((int32_t)(c >> 4) - 8) * x[r]->q[b * 32 + 16 + e];
                 }
-                acc += (float)dot * (x[r]->d[b] * scale[i][b * 32 / group]);
+                uint16_t h;
+                memcpy(&h, rec + 256 + 2 * L, 2);
+                acc += (float)dot * (f32_from_fp16(h) * x[r]->d[b]);
             }
-            out[i * 4 + r] = acc;
+            out[r * PACK_ROWS + L] = acc;
         }
     }
+}
+
+uint16_t fp16_from_f32(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    const uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+    const uint32_t a = x & 0x7FFFFFFF;
+    if (a > 0x7F800000) return sign | 0x7E00;  /* NaN */
+    if (a >= 0x47800000) return sign | 0x7C00; /* >= 65536 (or inf): inf */
+    if (a < 0x38800000) {                      /* below 2^-14: a half subnormal m * 2^-24 */
+        float m = nearbyintf(fabsf(f) * 16777216.0f); /* exact scaling, round half to even */
+        return sign | (uint16_t)m; /* m = 1024 is the smallest normal's encoding */
+    }
+    uint32_t h = (a >> 13) - ((127 - 15) << 10); /* rebias the exponent, keep 10 mantissa bits */
+    const uint32_t rest = a & 0x1FFF;
+    if (rest > 0x1000 || (rest == 0x1000 && (h & 1))) h++; /* a carry may reach inf: correct */
+    return sign | (uint16_t)h;
+}
+
+float f32_from_fp16(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1F, m = h & 0x3FF;
+    if (e == 0) {
+        float v = (float)m * (1.0f / 16777216.0f); /* subnormal: m * 2^-24 */
+        return sign ? -v : v;
+    }
+    uint32_t bits = sign | (e == 31 ? 0x7F800000 | m << 13 : (e + 112) << 23 | m << 13);
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
 }
 
 void quantize_q8_0_scalar(int n_blocks, const float *x, int8_t *q, float *d) {
@@ -94,13 +132,21 @@ void quantize_q8_0_scalar(int n_blocks, const float *x, int8_t *q, float *d) {
     }
 }
 
-static void axpy(int n, float a, const float *x, float *y) {
-    for (int i = 0; i < n; i++) y[i] += a * x[i];
+static void axpy(int n, int m, const float *a, const float *const *x, float *y) {
+    for (int i = 0; i < n; i++) {
+        float acc = y[i];
+        for (int j = 0; j < m; j++) acc += a[j] * x[j][i];
+        y[i] = acc;
+    }
 }
 
-static const Kernels SCALAR = {"scalar", dot_f32, dot_q8, dot_q4, dot_q8_i8, dot_q4_i8,
-                                 nullptr, nullptr,
-                                 axpy, quantize_q8_0_scalar};
+void silu_mul_scalar(int n, float *g, const float *u) {
+    for (int i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+static const Kernels SCALAR = {"scalar",      dot_f32,       dot_q8, dot_q4,
+                               dot_q8_packed, dot_q4_packed, axpy,   quantize_q8_0_scalar,
+                               silu_mul_scalar};
 
 const Kernels *kernels_scalar() { return &SCALAR; }
 

@@ -1,9 +1,11 @@
 /* x86 kernels: AVX2+FMA (8 floats) and AVX-512 (16 floats), each compiled for its ISA with
  * __attribute__((target)) and only called after CPUID says the CPU has it (kernels.cpp).
- * A block of NW weight rows x NX activation rows keeps NW*NX accumulators in registers; int8 and
- * int4 codes are widened, converted and scaled in registers (one dequantization per weight vector
- * serves all NX activation rows). Block shapes are compile-time constants of always-inline
- * helpers, so each shape gets fully unrolled code. */
+ * fp32-activation kernels: a block of NW weight rows x NX activation rows keeps NW*NX
+ * accumulators in registers; int8 and int4 codes are widened, converted and scaled in registers
+ * (one dequantization per weight vector serves all NX activation rows). Integer kernels (packed
+ * layouts, repack.h): one weight row per 32-bit lane, NX (1..8) activation rows per call, each
+ * block's weight vectors unpacked once for all of them. Block shapes are compile-time constants
+ * of always-inline helpers, so each shape gets fully unrolled code. */
 #include "kernels.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -12,10 +14,12 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 #include <immintrin.h>
+#include <math.h>
+#include <string.h>
 
-#define AVX2 __attribute__((target("avx2,fma")))
-#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
-#define AVX512VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")))
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+#define AVX512VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 #define INLINE inline __attribute__((always_inline))
 
 namespace ats {
@@ -137,7 +141,8 @@ AVX2 static INLINE void q4_avx2(int n, int group, const uint8_t *const *w,
         for (int r = 0; r < NX; r++) out[i * 4 + r] = hsum256(acc[i][r]);
 }
 
-/* Block shapes: 2x4 (8 accumulators fit the 16 ymm registers), 4x1, 1x4, 1x1. */
+/* Block shapes: 2x4 (8 accumulators fit the 16 ymm registers), 4x1, 4x2 (attention: 4 keys x
+ * 2 query heads of a GQA group), 1x4, 1x1. */
 AVX2 static void dot_f32_avx2(int n, const float *const *w, int nw, const float *const *x, int nx,
                               float *out) {
     if (nw == 4 && nx == 4) {
@@ -145,6 +150,8 @@ AVX2 static void dot_f32_avx2(int n, const float *const *w, int nw, const float 
         f32_avx2(n, w + 2, x, out + 8, 2, 4);
     } else if (nw == 4 && nx == 1) {
         f32_avx2(n, w, x, out, 4, 1);
+    } else if (nw == 4 && nx == 2) {
+        f32_avx2(n, w, x, out, 4, 2);
     } else {
         for (int i = 0; i < nw; i++) {
             if (nx == 4) f32_avx2(n, w + i, x, out + i * 4, 1, 4);
@@ -185,140 +192,156 @@ AVX2 static void dot_q4_avx2(int n, int group, const uint8_t *const *w, const fl
     }
 }
 
-/* Integer path on AVX2 (QAct activations): vpmaddubsw multiplies u8 x s8 pairwise into int16 and
- * vpmaddwd(., 1) sums those into int32 lanes. int4: codes 0..15 (u8) x activations; the -8 offset
- * comes from lane_neg8 (low and high nibble lanes of the 512-bit layout add up per 256-bit lane).
- * int8: |w| x sign(w) * x (llama.cpp's sign trick: both products fit int16 without saturation,
- * 2 * 127 * 127 < 32768). One 32-byte vector holds one block (int8) or one nibble plane of a
- * pair of blocks (int4). */
-AVX2 static INLINE void q8_i8_avx2(int n, const int8_t *const *w, const float *scale,
-                                   const QAct *const *x, float *out, const int NW, const int NX) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    const int nb = n / 32;
-    __m256 acc[4][4];
-    #pragma GCC unroll 4
-    for (int i = 0; i < NW; i++)
-        #pragma GCC unroll 4
-        for (int r = 0; r < NX; r++) acc[i][r] = _mm256_setzero_ps();
-    for (int b = 0; b < nb; b++) {
-        /* QAct int8 lanes: block b's scale at lane_d[(b / 2) * 16 + (b % 2) * 8] */
-        __m256i xv[4];
-        __m256 xd[4];
-        #pragma GCC unroll 4
+/* Integer path on AVX2, on the packed layouts (repack.h): one 256-bit vector holds 8 rows of a
+ * 16-row group (half H = 0, 1), 4 bytes per row lane. vpmaddubsw multiplies u8 x s8 pairwise into
+ * int16 and vpmaddwd(., 1) sums those into the row's int32 lane; the 4 activation codes a lane
+ * meets are one broadcast 32-bit word. int4: codes 0..15 (u8) x activations: 8 steps of at most
+ * 2 * 15 * 127 each stay within int16 (30480), so they add up in int16 before one vpmaddwd; the
+ * -8 offset enters as -8 * sum(q) per block. int8: the stored u = w + 128 turns back into signed
+ * w (xor 0x80), and |w| x sign(q, w) keeps vpmaddubsw's pairs from saturating. */
+
+AVX2 static INLINE __m256i bcast_codes_avx2(const int8_t *q) {
+    int32_t v;
+    memcpy(&v, q, 4);
+    return _mm256_set1_epi32(v);
+}
+
+AVX2 static INLINE void q8_packed_avx2(int n_blocks, const uint8_t *w, const QAct *const *x,
+                                       float *out, const int H, const int NX) {
+    const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
+    const uint8_t *codes = w + PACK_ROWS * 4;
+    __m256 acc[PACK_MAX_NX];
+    #pragma GCC unroll 8
+    for (int r = 0; r < NX; r++) acc[r] = _mm256_setzero_ps();
+    for (int b = 0; b < n_blocks; b++) {
+        const uint8_t *rec = codes + b * 512 + 32 * H;
+        __m256i ws[8], wa[8];
+        #pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            ws[k] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(rec + 64 * k)), flip);
+            wa[k] = _mm256_abs_epi8(ws[k]);
+        }
+        #pragma GCC unroll 8
         for (int r = 0; r < NX; r++) {
-            xv[r] = _mm256_loadu_si256((const __m256i *)(x[r]->q + b * 32));
-            xd[r] = _mm256_set1_ps(x[r]->d[b]);
-        }
-        #pragma GCC unroll 4
-        for (int i = 0; i < NW; i++) {
-            __m256i wv = _mm256_loadu_si256((const __m256i *)(w[i] + b * 32));
-            __m256i wa = _mm256_abs_epi8(wv);
-            #pragma GCC unroll 4
-            for (int r = 0; r < NX; r++) {
-                __m256i p16 = _mm256_maddubs_epi16(wa, _mm256_sign_epi8(xv[r], wv));
-                __m256i dot = _mm256_madd_epi16(p16, ones);
-                acc[i][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), xd[r], acc[i][r]);
+            const int8_t *xq = x[r]->q + 32 * b;
+            __m256i dot = _mm256_setzero_si256();
+            #pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                __m256i p16 = _mm256_maddubs_epi16(
+                    wa[k], _mm256_sign_epi8(bcast_codes_avx2(xq + 4 * k), ws[k]));
+                dot = _mm256_add_epi32(dot, _mm256_madd_epi16(p16, ones));
             }
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(x[r]->d[b]), acc[r]);
         }
     }
-    #pragma GCC unroll 4
-    for (int i = 0; i < NW; i++)
-        #pragma GCC unroll 4
-        for (int r = 0; r < NX; r++) out[i * 4 + r] = hsum256(acc[i][r]) * scale[i];
+    __m256 sc = _mm256_loadu_ps((const float *)w + 8 * H);
+    #pragma GCC unroll 8
+    for (int r = 0; r < NX; r++) _mm256_storeu_ps(out + r * PACK_ROWS + 8 * H, _mm256_mul_ps(acc[r], sc));
 }
 
-AVX2 static INLINE void q4_i8_avx2(int n, int group, const uint8_t *const *w,
-                                   const float *const *scale, const QAct *const *x, float *out,
-                                   const int NW, const int NX) {
-    const __m256i low4 = _mm256_set1_epi8(0x0F);
-    const __m256i ones = _mm256_set1_epi16(1);
-    const int nb = n / 32;
-    __m256 acc[4][4];
-    #pragma GCC unroll 4
-    for (int i = 0; i < NW; i++)
+AVX2 static INLINE void q4_packed_avx2(int n_blocks, const uint8_t *w, const QAct *const *x,
+                                       float *out, const int H, const int NX) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    __m256 acc[PACK_MAX_NX];
+    #pragma GCC unroll 8
+    for (int r = 0; r < NX; r++) acc[r] = _mm256_setzero_ps();
+    for (int b = 0; b < n_blocks; b++) {
+        const uint8_t *rec = w + b * 288;
+        __m256i wv[8];
         #pragma GCC unroll 4
-        for (int r = 0; r < NX; r++) acc[i][r] = _mm256_setzero_ps();
-    for (int p = 0; 2 * p < nb; p++) {
-        bool two = 2 * p + 1 < nb;
-        int g0 = 2 * p * 32 / group, g1 = two ? (2 * p + 1) * 32 / group : g0;
-        __m256i xl[4], xh[4], xn[4];
-        __m256 xd[4];
-        #pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(rec + 64 * k + 32 * H));
+            wv[k] = _mm256_and_si256(v, low4);
+            wv[k + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+        }
+        __m256 sw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + 256 + 16 * H)));
+        #pragma GCC unroll 8
         for (int r = 0; r < NX; r++) {
-            xl[r] = _mm256_loadu_si256((const __m256i *)(x[r]->q + p * 64));
-            xh[r] = _mm256_loadu_si256((const __m256i *)(x[r]->q + p * 64 + 32));
-            const int32_t *ng = x[r]->lane_neg8 + p * 16;
-            xn[r] = _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)ng),
-                                     _mm256_loadu_si256((const __m256i *)(ng + 8)));
-            xd[r] = _mm256_loadu_ps(x[r]->lane_d + p * 16); /* [d_2p x4, d_2p+1 x4] */
-        }
-        #pragma GCC unroll 4
-        for (int i = 0; i < NW; i++) {
-            /* an odd last block reads only its own 16 weight bytes */
-            __m256i v = two ? _mm256_loadu_si256((const __m256i *)(w[i] + p * 32))
-                            : _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(w[i] + p * 32)));
-            if (!two) v = _mm256_inserti128_si256(v, _mm_setzero_si128(), 1);
-            __m256i lo = _mm256_and_si256(v, low4);
-            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-            __m256 sc = _mm256_blend_ps(_mm256_set1_ps(scale[i][g0]), _mm256_set1_ps(scale[i][g1]),
-                                        0xF0);
-            #pragma GCC unroll 4
-            for (int r = 0; r < NX; r++) {
-                __m256i p16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xl[r]),
-                                               _mm256_maddubs_epi16(hi, xh[r]));
-                __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(p16, ones), xn[r]);
-                acc[i][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(sc, xd[r]),
-                                            acc[i][r]);
+            const int8_t *xq = x[r]->q + 32 * b;
+            __m256i p16 = _mm256_maddubs_epi16(wv[0], bcast_codes_avx2(xq));
+            #pragma GCC unroll 8
+            for (int k = 1; k < 8; k++) {
+                p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(wv[k], bcast_codes_avx2(xq + 4 * k)));
             }
+            __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(p16, ones),
+                                           _mm256_set1_epi32(-8 * x[r]->sum[b]));
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot),
+                                     _mm256_mul_ps(sw, _mm256_set1_ps(x[r]->d[b])), acc[r]);
         }
     }
-    #pragma GCC unroll 4
-    for (int i = 0; i < NW; i++)
-        #pragma GCC unroll 4
-        for (int r = 0; r < NX; r++) out[i * 4 + r] = hsum256(acc[i][r]);
+    #pragma GCC unroll 8
+    for (int r = 0; r < NX; r++) _mm256_storeu_ps(out + r * PACK_ROWS + 8 * H, acc[r]);
 }
 
-/* Block shapes: 2x4, 4x1, 1x4, 1x1 as for the fp32-activation kernels. */
-AVX2 static void dot_q8_i8_avx2(int n, const int8_t *const *w, const float *scale, int nw,
-                                const QAct *const *x, int nx, float *out) {
-    if (nw == 4 && nx == 4) {
-        q8_i8_avx2(n, w, scale, x, out, 2, 4);
-        q8_i8_avx2(n, w + 2, scale + 2, x, out + 8, 2, 4);
-    } else if (nw == 4 && nx == 1) {
-        q8_i8_avx2(n, w, scale, x, out, 4, 1);
-    } else {
-        for (int i = 0; i < nw; i++) {
-            if (nx == 4) q8_i8_avx2(n, w + i, scale + i, x, out + i * 4, 1, 4);
-            else for (int r = 0; r < nx; r++)
-                q8_i8_avx2(n, w + i, scale + i, x + r, out + i * 4 + r, 1, 1);
-        }
+/* nx = 1..PACK_MAX_NX as compile-time shapes; the two 8-row halves one after the other */
+#define PACKED_SWITCH(KERNEL, ...)                      \
+    switch (nx) {                                       \
+        case 1: KERNEL(__VA_ARGS__, 1); break;          \
+        case 2: KERNEL(__VA_ARGS__, 2); break;          \
+        case 3: KERNEL(__VA_ARGS__, 3); break;          \
+        case 4: KERNEL(__VA_ARGS__, 4); break;          \
+        case 5: KERNEL(__VA_ARGS__, 5); break;          \
+        case 6: KERNEL(__VA_ARGS__, 6); break;          \
+        case 7: KERNEL(__VA_ARGS__, 7); break;          \
+        default: KERNEL(__VA_ARGS__, 8); break;         \
     }
+
+AVX2 static void dot_q8_packed_avx2(int n_blocks, const uint8_t *w, const QAct *const *x, int nx,
+                                    float *out) {
+    PACKED_SWITCH(q8_packed_avx2, n_blocks, w, x, out, 0)
+    PACKED_SWITCH(q8_packed_avx2, n_blocks, w, x, out, 1)
 }
 
-AVX2 static void dot_q4_i8_avx2(int n, int group, const uint8_t *const *w,
-                                const float *const *scale, int nw, const QAct *const *x, int nx,
-                                float *out) {
-    if (nw == 4 && nx == 4) {
-        q4_i8_avx2(n, group, w, scale, x, out, 2, 4);
-        q4_i8_avx2(n, group, w + 2, scale + 2, x, out + 8, 2, 4);
-    } else if (nw == 4 && nx == 1) {
-        q4_i8_avx2(n, group, w, scale, x, out, 4, 1);
-    } else {
-        for (int i = 0; i < nw; i++) {
-            if (nx == 4) q4_i8_avx2(n, group, w + i, scale + i, x, out + i * 4, 1, 4);
-            else for (int r = 0; r < nx; r++)
-                q4_i8_avx2(n, group, w + i, scale + i, x + r, out + i * 4 + r, 1, 1);
-        }
-    }
+AVX2 static void dot_q4_packed_avx2(int n_blocks, const uint8_t *w, const QAct *const *x, int nx,
+                                    float *out) {
+    PACKED_SWITCH(q4_packed_avx2, n_blocks, w, x, out, 0)
+    PACKED_SWITCH(q4_packed_avx2, n_blocks, w, x, out, 1)
 }
 
-AVX2 static void axpy_avx2(int n, float a, const float *x, float *y) {
-    __m256 av = _mm256_set1_ps(a);
+AVX2 static void axpy_avx2(int n, int m, const float *a, const float *const *x, float *y) {
     int i = 0;
     for (; i + 8 <= n; i += 8) {
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+        __m256 acc = _mm256_loadu_ps(y + i);
+        for (int j = 0; j < m; j++) {
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(a[j]), _mm256_loadu_ps(x[j] + i), acc);
+        }
+        _mm256_storeu_ps(y + i, acc);
     }
-    for (; i < n; i++) y[i] += a * x[i];
+    for (; i < n; i++) {
+        float acc = y[i];
+        for (int j = 0; j < m; j++) acc = fmaf(a[j], x[j][i], acc);
+        y[i] = acc;
+    }
+}
+
+/* exp(x) for 8 floats: x = n ln2 + r, |r| <= ln2 / 2, exp(r) = 1 + r + r^2 P(r) with Cephes'
+ * expf coefficients, times 2^n through the exponent bits; x clamped to [-87.3, 88.7] (finite). */
+AVX2 static INLINE __m256 exp_avx2(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.7f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(_mm256_mul_ps(r, r), p, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+AVX2 static void silu_mul_avx2(int n, float *g, const float *u) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 gv = _mm256_loadu_ps(g + i);
+        __m256 den = _mm256_add_ps(one, exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), gv)));
+        _mm256_storeu_ps(g + i, _mm256_mul_ps(_mm256_div_ps(gv, den), _mm256_loadu_ps(u + i)));
+    }
+    silu_mul_scalar(n - i, g + i, u + i);
 }
 
 /* ------------------------------------------------------------------ AVX-512 ------------- */
@@ -420,11 +443,13 @@ AVX512 static INLINE void q4_avx512(int n, int group, const uint8_t *const *w,
         for (int r = 0; r < NX; r++) out[i * 4 + r] = _mm512_reduce_add_ps(acc[i][r]);
 }
 
-/* Block shapes: 4x4 (16 accumulators of the 32 zmm registers), 4x1, 1x4, 1x1. */
+/* Block shapes: 4x4 (16 accumulators of the 32 zmm registers), 4x1, 4x2, 4x3, 1x4, 1x1. */
 AVX512 static void dot_f32_avx512(int n, const float *const *w, int nw, const float *const *x,
                                   int nx, float *out) {
     if (nw == 4 && nx == 4) f32_avx512(n, w, x, out, 4, 4);
     else if (nw == 4 && nx == 1) f32_avx512(n, w, x, out, 4, 1);
+    else if (nw == 4 && nx == 2) f32_avx512(n, w, x, out, 4, 2);
+    else if (nw == 4 && nx == 3) f32_avx512(n, w, x, out, 4, 3);
     else {
         for (int i = 0; i < nw; i++) {
             if (nx == 4) f32_avx512(n, w + i, x, out + i * 4, 1, 4);
@@ -460,118 +485,123 @@ AVX512 static void dot_q4_avx512(int n, int group, const uint8_t *const *w,
     }
 }
 
-AVX512 static void axpy_avx512(int n, float a, const float *x, float *y) {
-    __m512 av = _mm512_set1_ps(a);
+AVX512 static void axpy_avx512(int n, int m, const float *a, const float *const *x, float *y) {
     for (int i = 0; i < n; i += 16) {
-        __mmask16 m = tail_mask(n - i);
-        __m512 yv = _mm512_maskz_loadu_ps(m, y + i);
-        _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(m, x + i), yv));
+        __mmask16 mk = tail_mask(n - i);
+        __m512 acc = _mm512_maskz_loadu_ps(mk, y + i);
+        for (int j = 0; j < m; j++) {
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(a[j]), _mm512_maskz_loadu_ps(mk, x[j] + i), acc);
+        }
+        _mm512_mask_storeu_ps(y + i, mk, acc);
+    }
+}
+
+/* exp(x) for 16 floats: as exp_avx2, with 2^n applied by vscalefps. */
+AVX512 static INLINE __m512 exp_avx512(__m512 x) {
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.7f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(_mm512_mul_ps(r, r), p, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(p, n);
+}
+
+AVX512 static void silu_mul_avx512(int n, float *g, const float *u) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 mk = tail_mask(n - i);
+        __m512 gv = _mm512_maskz_loadu_ps(mk, g + i);
+        __m512 den = _mm512_add_ps(one, exp_avx512(_mm512_sub_ps(_mm512_setzero_ps(), gv)));
+        __m512 y = _mm512_mul_ps(_mm512_div_ps(gv, den), _mm512_maskz_loadu_ps(mk, u + i));
+        _mm512_mask_storeu_ps(g + i, mk, y);
     }
 }
 
 /* ------------------------------------------------------------------ AVX-512 VNNI -------- */
-/* Integer path on repacked weights (repack.h): vpdpbusd multiplies u8 x s8 in groups of 4 into
- * int32 lanes; one 64-byte step covers a pair of 32-blocks, its int32 lanes are converted once and
- * scaled by their block's activation scale d (and int4 weight scale).
- * int8 weights: the activation codes become unsigned by x + 128 (xor 0x80) and the extra
- * 128 * sum(w) is taken off with one more vpdpbusd per weight vector (shared by all activation
- * rows). int4 weights: the codes 0..15 are already unsigned; the -8 offset enters as the
- * accumulator's start value lane_neg8 = -8 * sum(x). Each (weight row, activation row) result is
- * the same op sequence whatever nx is, so a prefill row equals the same row decoded alone. */
+/* Integer path on the packed layouts (repack.h): each 32-bit lane of a 512-bit vector is one
+ * weight row of the 16-row group; vpdpbusd adds u8 weight codes x a broadcast of 4 s8 activation
+ * codes into it, so 8 steps leave each row's exact block dot in its lane and the block is scaled
+ * with one convert and one FMA for all 16 rows. The offsets of the unsigned codes (int8: u = w +
+ * 128; int4: c = w + 8) enter as the start value -128 * sum(q) / -8 * sum(q) (QAct.sum). The
+ * weight vectors are unpacked once per block for all NX activation rows. Each (row, activation
+ * row) result is the same op sequence whatever NX is, so a prefill row equals the same row
+ * decoded alone. */
 
-AVX512VNNI static INLINE void q8_packed_vnni(int n_pairs, const uint8_t *w, const QAct *const *x,
-                                             float *out, const int NX) {
-    const __m512i bias = _mm512_set1_epi8((char)0x80);
-    const float *scale = (const float *)w; /* row-group header: 4 row scales */
-    const uint8_t *codes = w + 64;
-    __m512 acc[4][4];
-    #pragma GCC unroll 4
-    for (int i = 0; i < 4; i++)
-        #pragma GCC unroll 4
-        for (int r = 0; r < NX; r++) acc[i][r] = _mm512_setzero_ps();
-    for (int p = 0; p < n_pairs; p++) {
-        const uint8_t *rec = codes + p * 256;
-        _mm_prefetch((const char *)(rec + 1024), _MM_HINT_T0);
-        _mm_prefetch((const char *)(rec + 1088), _MM_HINT_T0);
-        _mm_prefetch((const char *)(rec + 1152), _MM_HINT_T0);
-        _mm_prefetch((const char *)(rec + 1216), _MM_HINT_T0);
-        __m512i xu[4];
-        __m512 xd[4];
-        #pragma GCC unroll 4
-        for (int r = 0; r < NX; r++) {
-            xu[r] = _mm512_xor_si512(_mm512_loadu_si512(x[r]->q + p * 64), bias);
-            xd[r] = _mm512_loadu_ps(x[r]->lane_d + p * 16);
-        }
-        #pragma GCC unroll 4
-        for (int i = 0; i < 4; i++) {
-            __m512i wv = _mm512_loadu_si512(rec + i * 64);
-            __m512i wsum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, wv);
-            #pragma GCC unroll 4
-            for (int r = 0; r < NX; r++) {
-                __m512i dot = _mm512_sub_epi32(
-                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), xu[r], wv), wsum);
-                acc[i][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), xd[r], acc[i][r]);
-            }
-        }
-    }
-    #pragma GCC unroll 4
-    for (int i = 0; i < 4; i++)
-        #pragma GCC unroll 4
-        for (int r = 0; r < NX; r++) out[i * 4 + r] = _mm512_reduce_add_ps(acc[i][r]) * scale[i];
+AVX512VNNI static INLINE __m512i bcast_codes_vnni(const int8_t *q) {
+    int32_t v;
+    memcpy(&v, q, 4);
+    return _mm512_set1_epi32(v);
 }
 
-/* Weight rows i0, i0 + 1 of an int4 row group against NX activation rows (2 x 4 keeps the
- * accumulators and activation registers within the 32 zmm registers). */
-AVX512VNNI static INLINE void q4_packed_vnni(int n_pairs, const uint8_t *w, const QAct *const *x,
-                                             float *out, const int I0, const int NW,
-                                             const int NX) {
-    const __m512i low4 = _mm512_set1_epi8(0x0F);
-    /* lanes 0-7 belong to block 2p, 8-15 to block 2p + 1 (natural QAct order); the record's
-     * scales are (row i, block 2p + j) at 2i + j */
-    __m512i pick[4];
-    #pragma GCC unroll 4
-    for (int i = 0; i < NW; i++) {
-        const int a = 2 * (I0 + i), b = a + 1;
-        pick[i] = _mm512_setr_epi32(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b);
-    }
-    __m512 acc[4][4];
-    #pragma GCC unroll 4
-    for (int i = 0; i < NW; i++)
-        #pragma GCC unroll 4
-        for (int r = 0; r < NX; r++) acc[i][r] = _mm512_setzero_ps();
-    for (int p = 0; p < n_pairs; p++) {
-        const uint8_t *rec = w + p * 160;
-        _mm_prefetch((const char *)(rec + 640), _MM_HINT_T0);
-        _mm_prefetch((const char *)(rec + 704), _MM_HINT_T0);
-        _mm_prefetch((const char *)(rec + 768), _MM_HINT_T0);
-        __m512 scales = _mm512_castps256_ps512(_mm256_loadu_ps((const float *)(rec + 128)));
-        __m512i xq[4], xn[4];
-        __m512 xd[4];
-        #pragma GCC unroll 4
+AVX512VNNI static INLINE void q8_packed_vnni(int n_blocks, const uint8_t *w, const QAct *const *x,
+                                             float *out, const int NX) {
+    const uint8_t *codes = w + PACK_ROWS * 4;
+    __m512 acc[PACK_MAX_NX];
+    #pragma GCC unroll 8
+    for (int r = 0; r < NX; r++) acc[r] = _mm512_setzero_ps();
+    for (int b = 0; b < n_blocks; b++) {
+        const uint8_t *rec = codes + b * 512;
+        __m512i wv[8];
+        #pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) wv[k] = _mm512_loadu_si512(rec + 64 * k);
+        #pragma GCC unroll 8
         for (int r = 0; r < NX; r++) {
-            xq[r] = _mm512_loadu_si512(x[r]->q + p * 64);
-            xn[r] = _mm512_loadu_si512(x[r]->lane_neg8 + p * 16);
-            xd[r] = _mm512_loadu_ps(x[r]->lane_d + p * 16);
-        }
-        #pragma GCC unroll 4
-        for (int i = 0; i < NW; i++) {
-            /* 32 bytes -> [low nibbles = block 2p | high nibbles = block 2p + 1] (repack.h) */
-            __m256i v = _mm256_loadu_si256((const __m256i *)(rec + (I0 + i) * 32));
-            __m512i wv = _mm512_and_si512(
-                _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1), low4);
-            __m512 sc = _mm512_permutexvar_ps(pick[i], scales);
+            const int8_t *xq = x[r]->q + 32 * b;
+            __m512i d0 = _mm512_set1_epi32(-128 * x[r]->sum[b]), d1 = _mm512_setzero_si512();
             #pragma GCC unroll 4
-            for (int r = 0; r < NX; r++) {
-                __m512i dot = _mm512_dpbusd_epi32(xn[r], wv, xq[r]);
-                acc[i][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(sc, xd[r]),
-                                            acc[i][r]);
+            for (int k = 0; k < 8; k += 2) {
+                d0 = _mm512_dpbusd_epi32(d0, wv[k], bcast_codes_vnni(xq + 4 * k));
+                d1 = _mm512_dpbusd_epi32(d1, wv[k + 1], bcast_codes_vnni(xq + 4 * k + 4));
             }
+            __m512i dot = _mm512_add_epi32(d0, d1);
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(x[r]->d[b]), acc[r]);
         }
     }
-    #pragma GCC unroll 4
-    for (int i = 0; i < NW; i++)
+    __m512 sc = _mm512_loadu_ps((const float *)w);
+    #pragma GCC unroll 8
+    for (int r = 0; r < NX; r++) _mm512_storeu_ps(out + r * PACK_ROWS, _mm512_mul_ps(acc[r], sc));
+}
+
+AVX512VNNI static INLINE void q4_packed_vnni(int n_blocks, const uint8_t *w, const QAct *const *x,
+                                             float *out, const int NX) {
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    __m512 acc[PACK_MAX_NX];
+    #pragma GCC unroll 8
+    for (int r = 0; r < NX; r++) acc[r] = _mm512_setzero_ps();
+    for (int b = 0; b < n_blocks; b++) {
+        const uint8_t *rec = w + b * 288;
+        __m512i wv[8];
         #pragma GCC unroll 4
-        for (int r = 0; r < NX; r++) out[(I0 + i) * 4 + r] = _mm512_reduce_add_ps(acc[i][r]);
+        for (int k = 0; k < 4; k++) {
+            __m512i v = _mm512_loadu_si512(rec + 64 * k);
+            wv[k] = _mm512_and_si512(v, low4);
+            wv[k + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+        }
+        __m512 sw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + 256)));
+        #pragma GCC unroll 8
+        for (int r = 0; r < NX; r++) {
+            const int8_t *xq = x[r]->q + 32 * b;
+            /* two chains of 4 (vpdpbusd's latency, not its throughput, bounds one chain) */
+            __m512i d0 = _mm512_set1_epi32(-8 * x[r]->sum[b]), d1 = _mm512_setzero_si512();
+            #pragma GCC unroll 4
+            for (int k = 0; k < 8; k += 2) {
+                d0 = _mm512_dpbusd_epi32(d0, wv[k], bcast_codes_vnni(xq + 4 * k));
+                d1 = _mm512_dpbusd_epi32(d1, wv[k + 1], bcast_codes_vnni(xq + 4 * k + 4));
+            }
+            __m512i dot = _mm512_add_epi32(d0, d1);
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
+                                     _mm512_mul_ps(sw, _mm512_set1_ps(x[r]->d[b])), acc[r]);
+        }
+    }
+    #pragma GCC unroll 8
+    for (int r = 0; r < NX; r++) _mm512_storeu_ps(out + r * PACK_ROWS, acc[r]);
 }
 
 /* quantize_q8_0 with the same fp32 operations as the scalar reference: vcvtps2dq rounds half to
@@ -592,46 +622,40 @@ AVX512 static void quantize_q8_0_avx512(int n_blocks, const float *x, int8_t *q,
     }
 }
 
-AVX512VNNI static void dot_q8_packed_vnni(int n_pairs, const uint8_t *w, const QAct *const *x,
+AVX512VNNI static void dot_q8_packed_vnni(int n_blocks, const uint8_t *w, const QAct *const *x,
                                           int nx, float *out) {
-    if (nx == 4) q8_packed_vnni(n_pairs, w, x, out, 4);
-    else q8_packed_vnni(n_pairs, w, x, out, 1);
+    PACKED_SWITCH(q8_packed_vnni, n_blocks, w, x, out)
 }
 
-AVX512VNNI static void dot_q4_packed_vnni(int n_pairs, const uint8_t *w, const QAct *const *x,
+AVX512VNNI static void dot_q4_packed_vnni(int n_blocks, const uint8_t *w, const QAct *const *x,
                                           int nx, float *out) {
-    if (nx == 4) {
-        q4_packed_vnni(n_pairs, w, x, out, 0, 2, 4);
-        q4_packed_vnni(n_pairs, w, x, out, 2, 2, 4);
-    } else {
-        q4_packed_vnni(n_pairs, w, x, out, 0, 4, 1);
-    }
+    PACKED_SWITCH(q4_packed_vnni, n_blocks, w, x, out)
 }
 
-static const Kernels AVX2_SET = {"avx2",         dot_f32_avx2,   dot_q8_avx2, dot_q4_avx2,
-                                 dot_q8_i8_avx2, dot_q4_i8_avx2, nullptr,     nullptr,
-                                 axpy_avx2,      quantize_q8_0_scalar};
+static const Kernels AVX2_SET = {"avx2",      dot_f32_avx2,       dot_q8_avx2,
+                                 dot_q4_avx2, dot_q8_packed_avx2, dot_q4_packed_avx2,
+                                 axpy_avx2,   quantize_q8_0_scalar, silu_mul_avx2};
 /* AVX-512 without VNNI: the AVX2 integer dots (AVX-512BW implies AVX2). */
-static const Kernels AVX512_SET = {"avx512",       dot_f32_avx512, dot_q8_avx512,
-                                   dot_q4_avx512,  dot_q8_i8_avx2, dot_q4_i8_avx2,
-                                   nullptr,        nullptr,        axpy_avx512,
-                                   quantize_q8_0_avx512};
-/* Same name: VNNI only changes how the int8/int4 dots are done (on repacked weights; the AVX2
- * integer dots serve a weight that was not repacked). */
-static const Kernels AVX512_VNNI_SET = {"avx512",           dot_f32_avx512,     dot_q8_avx512,
-                                        dot_q4_avx512,      dot_q8_i8_avx2,     dot_q4_i8_avx2,
-                                        dot_q8_packed_vnni, dot_q4_packed_vnni, axpy_avx512,
-                                        quantize_q8_0_avx512};
+static const Kernels AVX512_SET = {"avx512",      dot_f32_avx512,     dot_q8_avx512,
+                                   dot_q4_avx512, dot_q8_packed_avx2, dot_q4_packed_avx2,
+                                   axpy_avx512,   quantize_q8_0_avx512, silu_mul_avx512};
+/* Same name: VNNI only changes how the int8/int4 dots are done. */
+static const Kernels AVX512_VNNI_SET = {"avx512",      dot_f32_avx512,     dot_q8_avx512,
+                                        dot_q4_avx512, dot_q8_packed_vnni, dot_q4_packed_vnni,
+                                        axpy_avx512,   quantize_q8_0_avx512, silu_mul_avx512};
 
 const Kernels *kernels_avx2() {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? &AVX2_SET : nullptr;
+    bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+              __builtin_cpu_supports("f16c");
+    return ok ? &AVX2_SET : nullptr;
 }
 
 const Kernels *kernels_avx512() {
     __builtin_cpu_init();
     bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma");
+              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma") &&
+              __builtin_cpu_supports("f16c");
     if (!ok) return nullptr;
     return __builtin_cpu_supports("avx512vnni") ? &AVX512_VNNI_SET : &AVX512_SET;
 }

@@ -3,6 +3,8 @@
 #pragma once
 #include <stdint.h>
 
+#include <vector>
+
 #include "kernels.h"
 #include "threadpool.h"
 
@@ -27,9 +29,39 @@ struct Weight {
 /* Expert e of a stacked weight holding n_stack matrices of rows x cols each. */
 Weight weight_slice(const Weight &stacked, int64_t e);
 
-/* y (N, W.rows) = x (N, W.cols) @ W^T. int8/int4 W with W.cols % 32 == 0 on a kernel set with
- * integer dots: x is quantized per 32-block to int8 first (Q8_0 activations, see matmul.cpp). */
+/* y (N, W.rows) = x (N, W.cols) @ W^T. int8/int4 W repacked at load (W.packed, repack.h): x is
+ * quantized per 32-block to int8 first (Q8_0 activations, see matmul.cpp). */
 void matmul(ThreadPool *pool, const Kernels *k, const Weight &w, const float *x, int64_t N,
             float *y);
+
+/* Storage behind the QAct rows (kernels.h) of N activation rows; reused across calls. */
+struct QActRows {
+    std::vector<int8_t> q;
+    std::vector<float> d;
+    std::vector<int32_t> sum;
+    std::vector<QAct> rows;
+};
+
+/* Quantizes x (N, C), C % 32 == 0, into a->rows[0..N) (rows spread over the pool). */
+void qact_build(ThreadPool *pool, const Kernels *k, const float *x, int64_t N, int64_t C,
+                QActRows *a);
+
+/* One matmul on a packed weight (w.packed set): y (N, w.rows) = x @ w^T for the QAct rows
+ * x[0..N). */
+struct MatmulJob {
+    Weight w;
+    const QAct *x;
+    int64_t N;
+    float *y;
+};
+
+/* Runs several packed matmuls as ONE pool job (tasks = row-group ranges of every job), so a decode
+ * step pays one wake-up for, e.g., q/k/v or the gate and up projections of all chosen experts. */
+void matmul_jobs(ThreadPool *pool, const Kernels *k, const MatmulJob *jobs, int n_jobs);
+
+/* y[i] (N, w[i].rows) = x (N, C) @ w[i]^T for n weights on the same input (q/k/v): when all are
+ * packed, x is quantized once and the n matmuls run as one pool job; else one matmul each. */
+void matmul_same_x(ThreadPool *pool, const Kernels *k, const Weight *const *w, int n,
+                   const float *x, int64_t N, float *const *y);
 
 }  // namespace ats

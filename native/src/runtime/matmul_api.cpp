@@ -55,7 +55,8 @@ static int matmul_quantized(const ats_matmul_params *p, const void *codes, const
     if (!k) return -1;
     ThreadPool pool(p->n_threads);
     std::vector<uint8_t> packed;
-    if (k->dot_q8_packed && k->dot_q4_packed && cols % 32 == 0) {
+    if ((w.type == WEIGHT_Q8 ? k->dot_q8_packed : k->dot_q4_packed) && cols % 32 == 0) {
+        if (!pack_check(w, err)) return -1;
         packed.resize((size_t)packed_bytes(w));
         pack_matrix(&pool, w, packed.data());
         w.packed = packed.data();

@@ -75,7 +75,10 @@ static ats_model *model_init(const ats_model_params *p, std::string *err) {
     build_rope(m->cfg, &m->rope_cos, &m->rope_sin);
     int n = p->n_threads > 0 ? p->n_threads : (int)std::thread::hardware_concurrency();
     m->pool.reset(new ThreadPool(n < 1 ? 1 : n));
-    weights_repack(m.get());
+    if (!weights_repack(m.get(), err)) {
+        for (StFile &sf : m->files) st_close(&sf);
+        return nullptr;
+    }
     return m.release();
 }
 

@@ -2,6 +2,7 @@
  * one expert of a stacked weight) at a time, spread over the model's thread pool. */
 #include "repack.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,13 +12,31 @@
 
 namespace ats {
 
-static const int64_t Q4_RECORD = 4 * 32 + 8 * 4; /* int4 bytes per row group and pair */
-static const int64_t Q8_HEADER = 64;             /* int8 row-group header: 4 scales + padding */
+static const int64_t Q4_RECORD = 4 * 64 + PACK_ROWS * 2; /* int4 bytes per row group and block */
+static const int64_t Q8_RECORD = 8 * 64;                 /* int8 bytes per row group and block */
+static const int64_t Q8_HEADER = PACK_ROWS * 4;          /* int8 row-group header: row scales */
+
+int64_t packed_group_bytes(const Weight &w) {
+    const int64_t nb = w.cols / 32;
+    return w.type == WEIGHT_Q4 ? nb * Q4_RECORD : Q8_HEADER + nb * Q8_RECORD;
+}
 
 int64_t packed_bytes(const Weight &w) {
-    int64_t groups = (w.rows + 3) / 4, pairs = (w.cols / 32 + 1) / 2;
-    if (w.type == WEIGHT_Q4) return groups * pairs * Q4_RECORD;
-    return groups * (Q8_HEADER + pairs * 4 * 64);
+    return (w.rows + PACK_ROWS - 1) / PACK_ROWS * packed_group_bytes(w);
+}
+
+bool pack_check(const Weight &w, std::string *err) {
+    if (w.type != WEIGHT_Q4) return true;
+    const int64_t n = w.rows * (w.cols / w.group);
+    for (int64_t i = 0; i < n; i++) {
+        if (!(fabsf(w.scale[i]) <= 65504.0f)) {
+            *err = "int4 scale " + std::to_string(w.scale[i]) + " at index " + std::to_string(i) +
+                   " is not a finite fp16 value (|scale| <= 65504): the packed copy stores int4 "
+                   "scales in half precision";
+            return false;
+        }
+    }
+    return true;
 }
 
 /* Code of element e of a loaded int4 row (low nibble = even element). */
@@ -27,52 +46,53 @@ static int q4_code(const uint8_t *row, int64_t e) {
 
 /* Row group g of one int4 matrix (codes q4, scales scale, as loaded) into out. */
 static void pack_q4_group(const Weight &w, int64_t g, uint8_t *out) {
-    const int64_t nb = w.cols / 32, pairs = (nb + 1) / 2, row_bytes = w.cols / 2;
-    const int64_t n_groups = w.cols / w.group;
-    for (int64_t p = 0; p < pairs; p++) {
-        uint8_t *rec = out + p * Q4_RECORD;
-        float scales[8] = {};
-        for (int i = 0; i < 4; i++) {
-            int64_t row = 4 * g + i;
-            uint8_t *dst = rec + i * 32;
-            memset(dst, 0x88, 32);
+    const int64_t nb = w.cols / 32, row_bytes = w.cols / 2, n_groups = w.cols / w.group;
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *rec = out + b * Q4_RECORD;
+        uint16_t scales[PACK_ROWS];
+        memset(rec, 0x88, 4 * 64); /* code 8: weight 0 */
+        for (int L = 0; L < PACK_ROWS; L++) {
+            int64_t row = PACK_ROWS * g + L;
+            scales[L] = 0;
             if (row >= w.rows) continue;
             const uint8_t *src = w.q4 + row * row_bytes;
-            bool two = 2 * p + 1 < nb;
-            for (int j = 0; j < 32; j++) { /* byte j: element j of block 2p | of block 2p + 1 */
-                int lo = q4_code(src, 64 * p + j), hi = two ? q4_code(src, 64 * p + 32 + j) : 8;
-                dst[j] = (uint8_t)(lo | hi << 4);
+            for (int k = 0; k < 4; k++) {
+                for (int m = 0; m < 4; m++) {
+                    int64_t e = 32 * b + 4 * k + m;
+                    rec[64 * k + 4 * L + m] = (uint8_t)(q4_code(src, e) | q4_code(src, e + 16) << 4);
+                }
             }
-            for (int j = 0; j < 2; j++) {
-                int64_t b = 2 * p + j;
-                if (b < nb) scales[2 * i + j] = w.scale[row * n_groups + b * 32 / w.group];
-            }
+            scales[L] = fp16_from_f32(w.scale[row * n_groups + b * 32 / w.group]);
         }
-        memcpy(rec + 4 * 32, scales, sizeof scales);
+        memcpy(rec + 4 * 64, scales, sizeof scales);
     }
 }
 
 /* Row group g of one int8 matrix into out. */
 static void pack_q8_group(const Weight &w, int64_t g, uint8_t *out) {
-    const int64_t pairs = (w.cols / 32 + 1) / 2;
-    memset(out, 0, (size_t)(Q8_HEADER + pairs * 4 * 64));
-    float scales[4] = {};
-    for (int i = 0; i < 4; i++) {
-        int64_t row = 4 * g + i;
+    const int64_t nb = w.cols / 32;
+    float scales[PACK_ROWS] = {};
+    memset(out + Q8_HEADER, 128, (size_t)(nb * Q8_RECORD)); /* u = 128: weight 0 */
+    for (int L = 0; L < PACK_ROWS; L++) {
+        int64_t row = PACK_ROWS * g + L;
         if (row >= w.rows) continue;
-        scales[i] = w.scale[row];
-        for (int64_t p = 0; p < pairs; p++) {
-            int64_t begin = p * 64, end = begin + 64 < w.cols ? begin + 64 : w.cols;
-            memcpy(out + Q8_HEADER + p * 256 + i * 64, w.q8 + row * w.cols + begin,
-                   (size_t)(end - begin));
+        scales[L] = w.scale[row];
+        const int8_t *src = w.q8 + row * w.cols;
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *rec = out + Q8_HEADER + b * Q8_RECORD;
+            for (int k = 0; k < 8; k++) {
+                for (int m = 0; m < 4; m++) {
+                    rec[64 * k + 4 * L + m] = (uint8_t)(src[32 * b + 4 * k + m] + 128);
+                }
+            }
         }
     }
     memcpy(out, scales, sizeof scales);
 }
 
 void pack_matrix(ThreadPool *pool, const Weight &w, uint8_t *dst) {
-    const int64_t groups = (w.rows + 3) / 4, group_bytes = packed_bytes(w) / groups;
-    const int64_t per_task = 64; /* row groups */
+    const int64_t groups = (w.rows + PACK_ROWS - 1) / PACK_ROWS, group_bytes = packed_group_bytes(w);
+    const int64_t per_task = 16; /* row groups */
     pool->run((int)((groups + per_task - 1) / per_task), [&](int task) {
         for (int64_t g = task * per_task; g < groups && g < (task + 1) * per_task; g++) {
             if (w.type == WEIGHT_Q4) pack_q4_group(w, g, dst + g * group_bytes);
@@ -82,8 +102,18 @@ void pack_matrix(ThreadPool *pool, const Weight &w, uint8_t *dst) {
 }
 
 /* Packs the n_stack matrices of w (one per expert, or 1) into owned memory; sets w->packed. */
-static void repack_weight(ats_model *m, Weight *w, int64_t n_stack) {
-    if ((w->type != WEIGHT_Q8 && w->type != WEIGHT_Q4) || w->cols % 32 != 0) return;
+static bool repack_weight(ats_model *m, Weight *w, int64_t n_stack, const std::string &name,
+                          std::string *err) {
+    const Kernels *k = m->kernels;
+    if (w->type == WEIGHT_Q8 && !k->dot_q8_packed) return true;
+    if (w->type == WEIGHT_Q4 && !k->dot_q4_packed) return true;
+    if ((w->type != WEIGHT_Q8 && w->type != WEIGHT_Q4) || w->cols % 32 != 0) return true;
+    for (int64_t e = 0; e < n_stack; e++) {
+        if (!pack_check(weight_slice(*w, e), err)) {
+            *err = name + (n_stack > 1 ? " (expert " + std::to_string(e) + ")" : "") + ": " + *err;
+            return false;
+        }
+    }
     const int64_t bytes = packed_bytes(*w);
     size_t total = (size_t)(bytes * n_stack);
     uint8_t *buf = (uint8_t *)aligned_alloc(64, (total + 63) / 64 * 64);
@@ -92,19 +122,30 @@ static void repack_weight(ats_model *m, Weight *w, int64_t n_stack) {
     for (int64_t e = 0; e < n_stack; e++) pack_matrix(m->pool.get(), weight_slice(*w, e), buf + e * bytes);
     w->packed = buf;
     w->packed_stride = bytes;
+    return true;
 }
 
-void weights_repack(ats_model *m) {
-    const Kernels *k = m->kernels;
-    if (!k->dot_q8_packed || !k->dot_q4_packed) return;
+bool weights_repack(ats_model *m, std::string *err) {
     const Config &c = m->cfg;
-    for (Layer &L : m->layers) {
-        for (Weight *w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w1, &L.w2, &L.w3, &L.sw1, &L.sw2, &L.sw3}) {
-            repack_weight(m, w, 1);
+    for (size_t i = 0; i < m->layers.size(); i++) {
+        Layer &L = m->layers[i];
+        const std::string p = "layers." + std::to_string(i) + ".";
+        const std::pair<Weight *, const char *> dense[] = {
+            {&L.wq, "attn.wq.weight"},       {&L.wk, "attn.wk.weight"},
+            {&L.wv, "attn.wv.weight"},       {&L.wo, "attn.wo.weight"},
+            {&L.w1, "ffn.w1.weight"},        {&L.w2, "ffn.w2.weight"},
+            {&L.w3, "ffn.w3.weight"},        {&L.sw1, "ffn.shared.w1.weight"},
+            {&L.sw2, "ffn.shared.w2.weight"}, {&L.sw3, "ffn.shared.w3.weight"}};
+        for (const auto &[w, name] : dense) {
+            if (!repack_weight(m, w, 1, p + name, err)) return false;
         }
-        for (Weight *w : {&L.ew1, &L.ew2, &L.ew3}) repack_weight(m, w, c.has_moe ? c.n_experts : 1);
+        const std::pair<Weight *, const char *> experts[] = {
+            {&L.ew1, "ffn.experts.w1"}, {&L.ew2, "ffn.experts.w2"}, {&L.ew3, "ffn.experts.w3"}};
+        for (const auto &[w, name] : experts) {
+            if (!repack_weight(m, w, c.has_moe ? c.n_experts : 1, p + name, err)) return false;
+        }
     }
-    repack_weight(m, &m->output, 1);
+    return repack_weight(m, &m->output, 1, "output.weight", err);
 }
 
 }  // namespace ats

@@ -1,20 +1,25 @@
-/* Load-time repacking of int8/int4 weights into the layout the VNNI kernels stream (issue 7):
- * rows in groups of 4, interleaved per pair of 32-blocks, scales next to their codes, so a
- * matmul reads one sequential stream instead of 4 row streams plus 4 scale streams.
+/* Load-time repacking of int8/int4 weights into the layout the integer kernels stream (issue 7):
+ * rows in groups of PACK_ROWS = 16, one row per 32-bit lane of a 512-bit vector, so vpdpbusd
+ * with a broadcast of 4 activation codes adds a 4-element piece of 16 different dot products and
+ * a block's 8 such steps leave one finished block dot per lane: the float scaling is then one
+ * convert and one FMA per 16 outputs per block (llama.cpp's Q4_0x8 idea: one output row per
+ * lane; our own layout and code). Per row group g (rows 16g + L, L = 0..15):
  *
- *   int4, per row group g, per pair p (160 bytes):
- *     [row 4g+0: 32 bytes, byte j = code of element j of block 2p (low nibble) | of block
- *      2p + 1 (high nibble)] ... [row 4g+3: 32 bytes]
- *     [8 floats: scale of (row 4g+i, block 2p + j) at 2i + j]
- *   int8, per row group g (64 + n_pairs * 256 bytes):
- *     [4 floats: row scales, 48 zero bytes] then per pair p:
- *     [row 4g+0: 64 codes of blocks 2p, 2p+1] ... [row 4g+3: 64 codes]
+ *   int8 (1.0 byte per weight): [16 fp32 row scales] then per block b (512 bytes):
+ *     byte 64k + 4L + m (k = 0..7, m = 0..3) = code(row, element 32b + 4k + m) + 128 (u8)
+ *   int4 (0.5625 byte per weight, as Q4_0): per block b (288 bytes):
+ *     byte 64k + 4L + m (k = 0..3) = code(row, 32b + 4k + m) | code(row, 32b + 16 + 4k + m) << 4
+ *     then 16 fp16 scales: scale(row, b) rounded to half precision (F16C cvtph on load)
  *
- * Rows past the last (rows % 4 != 0) and the second block of an odd last pair hold code 0
- * (int8) / 8 (int4: weight 0) with scale 0, so they add nothing. The nibble planes of a row's 32
- * bytes are then its two blocks in element order, so activations stay in natural order (QAct). */
+ * The low nibbles of vector k are elements 4k..4k+3 of the block and the high nibbles elements
+ * 16+4k..16+4k+3, so the activations stay in natural order (QAct) and vector k' (0..7, high
+ * nibbles of k = k' - 4) always meets activation codes 4k'..4k'+3. Rows past the last
+ * (rows % 16 != 0) hold weight 0 with scale 0. Only this in-memory copy changes: the safetensors
+ * format keeps fp32 scales. */
 #pragma once
 #include <stdint.h>
+
+#include <string>
 
 #include "matmul.h"
 
@@ -22,15 +27,21 @@ struct ats_model;
 
 namespace ats {
 
-/* Bytes of one matrix's packed copy (rows x cols, cols % 32 == 0). */
+/* Bytes of one matrix's packed copy (rows x cols, cols % 32 == 0), and of one row group. */
 int64_t packed_bytes(const Weight &w);
+int64_t packed_group_bytes(const Weight &w);
 
-/* Packs one matrix w (Q8/Q4, cols % 32 == 0) into dst (packed_bytes(w) bytes), rows spread over
- * the pool. */
+/* Checks that w can be packed: every int4 scale is finite in fp16 (|scale| <= 65504); false with
+ * *err naming the first offending value. */
+bool pack_check(const Weight &w, std::string *err);
+
+/* Packs one matrix w (Q8/Q4, cols % 32 == 0) into dst (packed_bytes(w) bytes), row groups spread
+ * over the pool. */
 void pack_matrix(ThreadPool *pool, const Weight &w, uint8_t *dst);
 
 /* Repacks every int8/int4 matmul weight of the model whose rows are whole 32-blocks, when the
- * model's kernel set has packed kernels; sets Weight.packed (owned by the model). */
-void weights_repack(ats_model *m);
+ * model's kernel set has packed kernels; sets Weight.packed (owned by the model). false with *err
+ * naming the tensor when a weight cannot be packed (pack_check). */
+bool weights_repack(ats_model *m, std::string *err);
 
 }  // namespace ats

@@ -3,7 +3,10 @@ activation rounding, every kernel set) against a numpy reference of the integer 
 activations rounded per 32-block to int8 (llama.cpp's Q8_0: d = max|x| / 127, q = round(x / d)),
 exact integer dot products with the weight codes per block, scaled by d and the weight scale.
 Both sides round the same inputs with the same fp32 operations, so the codes are identical and
-the results differ by fp32 summation order only."""
+the results differ by fp32 summation order only. The runtime's packed copy of an int4 weight
+stores its scales as fp16 (native/src/runtime/repack.h), so the reference rounds int4 scales to
+fp16 the same way (IEEE round to nearest even: numpy's astype(float16)); int8 row scales stay
+fp32."""
 
 import ats_native
 import numpy as np
@@ -22,7 +25,7 @@ def available_kernels() -> list[str]:
     return names
 
 
-# kernel sets with integer dot products (kernels.h: dot_q8_i8 / dot_q4_i8); NEON has none and
+# kernel sets with integer dot products (kernels.h: dot_q8_packed / dot_q4_packed); NEON has none and
 # runs the fp32-activation kernels
 INTEGER_KERNELS = [k for k in available_kernels() if k != "neon"]
 
@@ -49,7 +52,8 @@ def unpack_q4(codes: np.ndarray) -> np.ndarray:
 def reference(
     codes: np.ndarray, scale: np.ndarray, x: np.ndarray, bits: int, group: int
 ) -> np.ndarray:
-    """The integer scheme in numpy: exact int64 block dots, scales applied in float64."""
+    """The integer scheme in numpy: exact int64 block dots, scales applied in float64; int4
+    scales rounded to fp16 first, as the runtime's packed copy holds them."""
     q, d = q8_0_codes(x)
     n, nb, _ = q.shape
     w = codes.astype(np.int64) if bits == 8 else unpack_q4(codes)
@@ -58,7 +62,8 @@ def reference(
     if bits == 8:
         block_scale = np.repeat(scale.astype(np.float64)[:, None], nb, 1)  # (rows, nb)
     else:
-        block_scale = scale.astype(np.float64)[:, np.arange(nb) * 32 // group]  # (rows, nb)
+        half = scale.astype(np.float16).astype(np.float64)  # the packed copy's fp16 scales
+        block_scale = half[:, np.arange(nb) * 32 // group]  # (rows, nb)
     return (dots * d.astype(np.float64)[:, None, :] * block_scale[None]).sum(-1)
 
 
@@ -75,7 +80,21 @@ def random_weight(
     return codes, scale
 
 
-SHAPES = [(4, 32, 1), (5, 64, 3), (67, 96, 4), (8, 160, 7), (130, 1024, 1), (12, 1024, 9)]
+# (rows, cols, n): rows % 16 != 0 (partial row groups of the packed layout), odd block counts
+# (cols 32, 96, 160, 224), activation rows 1..9 and 17 (kernel calls take up to 8 rows)
+SHAPES = [
+    (4, 32, 1),
+    (5, 64, 3),
+    (67, 96, 4),
+    (8, 160, 7),
+    (130, 1024, 1),
+    (12, 1024, 9),
+    (16, 224, 2),
+    (33, 128, 5),
+    (17, 64, 6),
+    (48, 96, 8),
+    (31, 256, 17),
+]
 
 
 # (bits, group, rows, cols, n): every int4 group size on the shapes it divides
@@ -94,6 +113,8 @@ def test_integer_matmul_matches_numpy_reference(
 ) -> None:
     rng = np.random.default_rng(rows * 1000 + cols + n)
     codes, scale = random_weight(rng, rows, cols, bits, group)
+    if bits == 4:  # fp16 subnormal and boundary scales in the packed copy
+        scale.flat[0], scale.flat[-1] = 3.3e-6, 6.1e-5
     x = rng.standard_normal((n, cols)).astype(np.float32)
     x[0, :32] = 0.0  # an all-zero block: d = 0
     x[-1, 5] = 40.0  # an outlier: the rest of its block rounds coarsely
@@ -134,3 +155,13 @@ def test_bad_arguments_raise_clear_errors() -> None:
         ats_native.quantized_matmul(*random_weight(rng, 4, 64, 4, 32), x, 4, 128)
     with pytest.raises(ValueError, match="n_threads = 0"):
         ats_native.quantized_matmul(codes, scale, x, 8, threads=0)
+
+
+@pytest.mark.parametrize("kernels", INTEGER_KERNELS)
+def test_int4_scale_beyond_fp16_range_is_rejected(kernels: str) -> None:
+    """The packed copy holds int4 scales as fp16: a scale it cannot hold is an error, not inf."""
+    rng = np.random.default_rng(1)
+    codes, scale = random_weight(rng, 4, 64, 4, 32)
+    scale[2, 1] = 1e5
+    with pytest.raises(ValueError, match="int4 scale 100000.* not a finite fp16 value"):
+        ats_native.quantized_matmul(codes, scale, np.ones((1, 64), np.float32), 4, 32, kernels)

@@ -3,8 +3,9 @@ references built from ats-model:
 
 - the native integer path (every matmul whose rows are whole 32-blocks, prefill and decode alike)
   rounds activations to int8 per 32-block (llama.cpp's Q8_0) and dots them with the weight codes
-  in exact integers; its oracle is the dequantized model with the same activation rounding
-  (activation_quantized_model), which it matches to fp32 summation order;
+  in exact integers, on a packed copy that holds int4 scales as fp16 (repack.h); its oracle is
+  the dequantized model with the same activation rounding and the int4 scales rounded to fp16
+  the same way (activation_quantized_model), which it matches to fp32 summation order;
 - where rows are not whole 32-blocks the codes meet fp32 activations: the oracle is the plain
   dequantized model;
 - the issue's quality gates against the fp32 ats-model, on tiny models trained on standard-library
@@ -21,7 +22,13 @@ import ats_native
 import numpy as np
 import pytest
 import torch
-from ats_infer.quantize import dequantize_tensors, quantize_model_dir
+from ats_infer.quantize import (
+    dequantize,
+    dequantize_tensors,
+    quantize_model_dir,
+    read_quantization,
+)
+from ats_infer.tensor_files import load_tensors
 from ats_kernels.swiglu import ref_swiglu
 from ats_model import build_model
 
@@ -42,6 +49,23 @@ def dequantized_model(model: torch.nn.Module, qdir: Path) -> torch.nn.Module:
     ref = build_model(model.config).eval()
     state = {k: torch.from_numpy(np.array(v)) for k, v in dequantize_tensors(qdir).items()}
     ref.load_state_dict(state)
+    return ref
+
+
+def packed_dequantized_model(model: torch.nn.Module, qdir: Path) -> torch.nn.Module:
+    """dequantized_model as the native packed copy holds the weights: int4 scales rounded to fp16
+    (IEEE round to nearest even, numpy's astype(float16), as repack.cpp's fp16_from_f32), int8
+    row scales unchanged (fp32)."""
+    tensors = load_tensors(qdir)
+    spec = read_quantization(qdir)
+    state = {k: v for k, v in tensors.items() if not k.endswith((".q", ".scale"))}
+    for name in spec["quantized"]:
+        scale = tensors[name + ".scale"]
+        if spec["bits"] == 4:
+            scale = scale.astype(np.float16).astype(np.float32)
+        state[name] = dequantize(tensors[name + ".q"], scale, spec["bits"], spec["group_size"])
+    ref = build_model(model.config).eval()
+    ref.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in state.items()})
     return ref
 
 
@@ -78,8 +102,8 @@ def _grouped_mlp_q8_0(
 
 
 def activation_quantized_model(model: torch.nn.Module, qdir: Path) -> torch.nn.Module:
-    """dequantized_model with Q8_0 rounding of the inputs of every quantized matmul."""
-    ref = dequantized_model(model, qdir)
+    """packed_dequantized_model with Q8_0 rounding of the inputs of every quantized matmul."""
+    ref = packed_dequantized_model(model, qdir)
     quantized = json.loads((qdir / "quantization.json").read_text())["quantized"]
     modules = dict(ref.named_modules())
     for name in quantized:
@@ -170,6 +194,46 @@ def test_int4_group_128_and_shared_experts(saved_model, tmp_path: Path) -> None:
         ref = activation_quantized_model(model, qdir)(ids).logits.numpy()
     out = ats_native.Model(str(qdir), threads=2).logits(ids.numpy())
     assert_close_up_to_rounding_flips(out, ref)
+
+
+@integer_path
+@pytest.mark.parametrize(("bits", "group"), [(8, None), (4, 32)])
+def test_packed_moe_top3_capacity_odd_blocks(
+    saved_model, tmp_path: Path, bits: int, group: int | None
+) -> None:
+    """Packed-layout cases the default presets miss: dim 96 and ffn 160 (3 and 5 32-blocks: odd
+    block counts), vocab 500 (an LM head whose last 16-row group is partial), top-3 routing with a
+    capacity factor that drops slots, and a shared expert; the chosen experts and the shared one
+    run in the same pool jobs on activations quantized once (moe.cpp). Every integer kernel set,
+    one and two threads, against the activation-quantized reference."""
+    moe = {
+        "n_experts": 6,
+        "top_k": 3,
+        "capacity_factor": 0.5,
+        "router_temperature": 1.0,
+        "norm_topk": True,
+        "n_shared_experts": 1,
+        "bias_update_rate": 0.0,
+    }
+    model, directory = saved_model(
+        "tiny-moe",
+        dim=96,
+        n_head=4,
+        n_kv_head=2,
+        head_dim=24,
+        ffn_dim=160,
+        vocab_size=500,
+        tie_embeddings=False,
+        moe=moe,
+    )
+    qdir = quantize_model_dir(directory, tmp_path / "q", bits=bits, group_size=group)
+    ids = torch.randint(0, 500, (3, 11), generator=torch.Generator().manual_seed(9))
+    with torch.no_grad():
+        ref = activation_quantized_model(model, qdir)(ids).logits.numpy()
+    for name in [k for k in available_kernels() if k != "neon"]:
+        for threads in (1, 2):
+            out = ats_native.Model(str(qdir), threads=threads, kernels=name).logits(ids.numpy())
+            assert_close_up_to_rounding_flips(out, ref)
 
 
 @pytest.mark.parametrize(("bits", "group"), [(None, None), *SCHEMES])
