@@ -21,7 +21,12 @@ from pathlib import Path
 import pytest
 import torch
 from ats_model import load_pretrained
-from ats_train_torchrun import model_weights, run_ats_train, train_losses
+from ats_train_torchrun import (
+    model_weights,
+    run_ats_train,
+    run_ats_train_deepspeed_launcher,
+    train_losses,
+)
 from safetensors.torch import load_file
 
 pytestmark = [pytest.mark.dist, pytest.mark.slow]
@@ -85,6 +90,23 @@ def test_zero2_on_two_ranks_reproduces_the_single_process_run(
     """Global batch 4: single runs 4 micro-batches of 1, each rank 2 with accumulation."""
     zero2 = {"parallel__backend": "deepspeed", "parallel__zero_stage": 2}
     _ok(run_ats_train(_args(overrides, tmp_path, **zero2), 2))
+    want, got = train_losses(reference), train_losses(tmp_path)
+    assert got.keys() == want.keys() == set(range(1, STEPS + 1))
+    _assert_same_losses(got, want)
+    _assert_same_weights(model_weights(tmp_path), model_weights(reference))
+
+
+def test_deepspeed_launcher_runs_zero1_like_torchrun(
+    reference: Path,
+    overrides,
+    tmp_path: Path,  # noqa: ANN001
+) -> None:
+    """The README's second way to start ranks: DeepSpeed's launcher, 2 CPU ranks, ZeRO-1; the loss
+    curve and the final weights are the single-process run's, as under torchrun."""
+    zero1 = {"parallel__backend": "deepspeed", "parallel__zero_stage": 1}
+    proc = run_ats_train_deepspeed_launcher(_args(overrides, tmp_path, **zero1), 2)
+    _ok(proc)
+    assert (proc.stdout + proc.stderr).count("exits successfully") == 2  # the launcher's 2 ranks
     want, got = train_losses(reference), train_losses(tmp_path)
     assert got.keys() == want.keys() == set(range(1, STEPS + 1))
     _assert_same_losses(got, want)
