@@ -4,7 +4,11 @@
  *     kv heads:  0  |  1  |  2  |  3         kv head j serves q heads j*g .. j*g+g-1 (HF repeat_kv)
  *
  * A query at slot p of sequence b sees the slots <= p of b that this layer holds a key for
- * (valid), which for MoD layers leaves out tokens the layer skipped. */
+ * (valid), which for MoD layers leaves out tokens the layer skipped. Tasks are (kv head, run of
+ * up to RUN_ROWS consecutive rows of one sequence). A run of several rows (prefill) copies its
+ * keys once into a transposed (hd, keys) buffer so the scores of 16 keys fill one vector
+ * (vecmat: no horizontal sums, which with head_dim 64 cost more than the multiply-adds of a
+ * per-key dot); a single row (decode) dots 4 keys at a time in place. */
 #include <math.h>
 #include <string.h>
 
@@ -14,6 +18,9 @@
 #include "forward.h"
 
 namespace ats {
+
+/* rows per attention task; runs at least TRANSPOSE_MIN rows long take the transposed-key path */
+static const int64_t RUN_ROWS = 32, TRANSPOSE_MIN = 4;
 
 /* x (hd) rotated in place by the tables of one position: x*cos + rotate_half(x)*sin */
 static void rope_row(float *x, const float *cos, const float *sin, int64_t hd) {
@@ -27,6 +34,104 @@ static void rope_row(float *x, const float *cos, const float *sin, int64_t hd) {
     memcpy(x, r, (size_t)hd * sizeof(float));
     if (r != tmp) delete[] r;
 }
+
+/* What one task needs of the layer. */
+struct AttnCtx {
+    const Kernels *kern;
+    const float *q, *kc, *vc;
+    float *out;
+    int64_t hd, NH, KV, group;
+    float scale;
+};
+
+/* Softmax of sc[0..nk) (scores already scaled) and o = sum_i p_i v(keys[i]) for one query head. */
+static void softmax_values(const AttnCtx &c, int64_t kvh, const int64_t *keys, int64_t nk,
+                           float *sc, float *o) {
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < nk; i++) mx = std::max(mx, sc[i]);
+    double sum = 0.0;
+    for (int64_t i = 0; i < nk; i++) {
+        sc[i] = expf(sc[i] - mx);
+        sum += sc[i];
+    }
+    float inv = (float)(1.0 / sum);
+    memset(o, 0, (size_t)c.hd * sizeof(float));
+    for (int64_t i = 0; i < nk; i += 4) {
+        const int nv = (int)std::min<int64_t>(4, nk - i);
+        float a[4];
+        const float *vr[4];
+        for (int u = 0; u < nv; u++) {
+            a[u] = sc[i + u] * inv;
+            vr[u] = c.vc + keys[i + u] * c.KV + kvh * c.hd;
+        }
+        c.kern->axpy((int)c.hd, nv, a, vr, o);
+    }
+}
+
+/* One row against its keys in place: the group's query heads share each key load, 4 keys per
+ * dot_f32 call. */
+static void attend_row(const AttnCtx &c, int64_t r, int64_t kvh, const int64_t *keys,
+                       int64_t nk) {
+    thread_local std::vector<float> scores; /* (4 query heads, keys) */
+    scores.resize((size_t)(4 * nk));
+    for (int64_t g0 = 0; g0 < c.group; g0 += 4) {
+        const int ng = (int)std::min<int64_t>(4, c.group - g0);
+        const float *qv[4];
+        for (int j = 0; j < ng; j++) {
+            qv[j] = c.q + r * c.NH * c.hd + (kvh * c.group + g0 + j) * c.hd;
+        }
+        for (int64_t i = 0; i < nk; i += 4) {
+            const int nw = (int)std::min<int64_t>(4, nk - i);
+            const float *kr[4];
+            for (int u = 0; u < nw; u++) kr[u] = c.kc + keys[i + u] * c.KV + kvh * c.hd;
+            float d[16];
+            c.kern->dot_f32((int)c.hd, kr, nw, qv, ng, d);
+            for (int u = 0; u < nw; u++) {
+                for (int j = 0; j < ng; j++) {
+                    scores[(size_t)(j * nk + i + u)] = d[u * 4 + j] * c.scale;
+                }
+            }
+        }
+        for (int j = 0; j < ng; j++) {
+            softmax_values(c, kvh, keys, nk, scores.data() + j * nk,
+                           c.out + r * c.NH * c.hd + (kvh * c.group + g0 + j) * c.hd);
+        }
+    }
+}
+
+/* Rows r0..r1 of one sequence against the keys of kv head kvh: the keys (sorted by slot) are
+ * copied once into kt (hd, nk), transposed, and the values into vr (nk, hd); row r sees the first
+ * n_r of them (slots <= its position): scores = q kt[:, :n_r] and out = p vr[:n_r], both vecmat
+ * (whole vectors of keys or of head dimensions, no horizontal sums). */
+static void attend_run(const AttnCtx &c, const Rows &rows, int64_t r0, int64_t r1, int64_t kvh,
+                       const int64_t *keys, int64_t nk, int64_t base) {
+    thread_local std::vector<float> kt, vr, sc;
+    const int64_t hd = c.hd;
+    kt.resize((size_t)(hd * nk));
+    vr.resize((size_t)(nk * hd));
+    sc.resize((size_t)nk);
+    for (int64_t i = 0; i < nk; i++) {
+        const float *src = c.kc + keys[i] * c.KV + kvh * hd;
+        for (int64_t d = 0; d < hd; d++) kt[(size_t)(d * nk + i)] = src[d];
+        memcpy(vr.data() + i * hd, c.vc + keys[i] * c.KV + kvh * hd, (size_t)hd * sizeof(float));
+    }
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t n = std::upper_bound(keys, keys + nk, base + rows.pos[r]) - keys;
+        for (int64_t j = 0; j < c.group; j++) {
+            const int64_t h = kvh * c.group + j;
+            c.kern->vecmat((int)n, (int)hd, c.q + r * c.NH * hd + h * hd, kt.data(), nk,
+                           sc.data());
+            c.kern->softmax((int)n, c.scale, sc.data());
+            c.kern->vecmat((int)hd, (int)n, sc.data(), vr.data(), hd,
+                           c.out + r * c.NH * hd + h * hd);
+        }
+    }
+}
+
+/* One attention task: kv head kvh for rows r0..r1 (one sequence). */
+struct AttnTask {
+    int64_t kvh, r0, r1;
+};
 
 void attention(ats_session *s, int64_t layer, const Rows &rows, float *q, float *k, const float *v,
                float *out) {
@@ -48,60 +153,41 @@ void attention(ats_session *s, int64_t layer, const Rows &rows, float *q, float 
         valid[slot] = 1;
     }
 
-    /* one task per (row, kv head): the group's query heads share each key and value load, 4 keys
-     * per dot_f32 call and 4 values per axpy call */
-    const float scale = 1.0f / sqrtf((float)hd);
-    const Kernels *kern = m->kernels;
+    /* tasks: runs of consecutive rows of one sequence, at most RUN_ROWS each, per kv head; the
+     * last runs of a prompt see the most keys, so the tasks go last run first (the pool hands
+     * them out in order: the short ones at the end even out the threads) */
+    thread_local std::vector<AttnTask> tasks;
+    tasks.clear();
+    for (int64_t r0 = 0; r0 < rows.M;) {
+        int64_t r1 = r0 + 1;
+        while (r1 < rows.M && r1 - r0 < RUN_ROWS && rows.seq[r1] == rows.seq[r0]) r1++;
+        for (int64_t kvh = 0; kvh < NKV; kvh++) tasks.push_back({kvh, r0, r1});
+        r0 = r1;
+    }
+    std::reverse(tasks.begin(), tasks.end());
+    const AttnCtx ctx{m->kernels, q, kc, vc, out, hd, NH, KV, group, 1.0f / sqrtf((float)hd)};
     int64_t work = 0; /* multiply-adds: two per key and head dimension */
     for (int64_t r = 0; r < rows.M; r++) work += 2 * (rows.pos[r] + 1) * NH * hd;
-    m->pool->run_sized((int)(rows.M * NKV), work, [&](int task) {
-        int64_t r = task / NKV, kvh = task % NKV;
-        int64_t base = (int64_t)rows.seq[r] * L, n_keys = rows.pos[r] + 1;
-        thread_local std::vector<int64_t> keys; /* valid slots of this row's sequence */
-        thread_local std::vector<float> scores; /* (4 query heads, keys) */
+    const std::vector<AttnTask> &ts = tasks;
+    m->pool->run_sized((int)ts.size(), work, [&](int task) {
+        const AttnTask &t = ts[(size_t)task];
+        const int64_t base = (int64_t)rows.seq[t.r0] * L;
+        int64_t max_pos = 0;
+        for (int64_t r = t.r0; r < t.r1; r++) max_pos = std::max<int64_t>(max_pos, rows.pos[r]);
+        thread_local std::vector<int64_t> keys; /* valid slots of the sequence, <= max_pos */
         keys.clear();
-        for (int64_t t = 0; t < n_keys; t++) {
-            if (valid[base + t]) keys.push_back(base + t);
+        for (int64_t p = 0; p <= max_pos; p++) {
+            if (valid[base + p]) keys.push_back(base + p);
         }
         const int64_t nk = (int64_t)keys.size();
-        scores.resize((size_t)(4 * nk));
-        for (int64_t g0 = 0; g0 < group; g0 += 4) {
-            const int ng = (int)std::min<int64_t>(4, group - g0);
-            const float *qv[4];
-            for (int j = 0; j < ng; j++) qv[j] = q + r * NH * hd + (kvh * group + g0 + j) * hd;
-            for (int64_t i = 0; i < nk; i += 4) {
-                const int nw = (int)std::min<int64_t>(4, nk - i);
-                const float *kr[4];
-                for (int u = 0; u < nw; u++) kr[u] = kc + keys[(size_t)(i + u)] * KV + kvh * hd;
-                float d[16];
-                kern->dot_f32((int)hd, kr, nw, qv, ng, d);
-                for (int u = 0; u < nw; u++) {
-                    for (int j = 0; j < ng; j++) scores[(size_t)(j * nk + i + u)] = d[u * 4 + j] * scale;
-                }
-            }
-            for (int j = 0; j < ng; j++) {
-                float *sc = scores.data() + j * nk;
-                float mx = -INFINITY;
-                for (int64_t i = 0; i < nk; i++) mx = std::max(mx, sc[i]);
-                double sum = 0.0;
-                for (int64_t i = 0; i < nk; i++) {
-                    sc[i] = expf(sc[i] - mx);
-                    sum += sc[i];
-                }
-                float inv = (float)(1.0 / sum);
-                float *o = out + r * NH * hd + (kvh * group + g0 + j) * hd;
-                memset(o, 0, (size_t)hd * sizeof(float));
-                for (int64_t i = 0; i < nk; i += 4) {
-                    const int nv = (int)std::min<int64_t>(4, nk - i);
-                    float a[4];
-                    const float *vr[4];
-                    for (int u = 0; u < nv; u++) {
-                        a[u] = sc[i + u] * inv;
-                        vr[u] = vc + keys[(size_t)(i + u)] * KV + kvh * hd;
-                    }
-                    kern->axpy((int)hd, nv, a, vr, o);
-                }
-            }
+        if (t.r1 - t.r0 >= TRANSPOSE_MIN) {
+            attend_run(ctx, rows, t.r0, t.r1, t.kvh, keys.data(), nk, base);
+            return;
+        }
+        for (int64_t r = t.r0; r < t.r1; r++) {
+            const int64_t n = std::upper_bound(keys.begin(), keys.end(), base + rows.pos[r]) -
+                              keys.begin();
+            attend_row(ctx, r, t.kvh, keys.data(), n);
         }
     });
 }

@@ -30,14 +30,14 @@ static void block(ats_session *s, int64_t li, const float *x, const Rows &rows, 
     v.resize((size_t)(M * KV));
     att.resize((size_t)(M * H));
     hn.resize((size_t)(M * C));
-    rms_norm(x, L.attn_norm, M, C, c.norm_eps, h.data());
+    rms_norm(pool, x, L.attn_norm, M, C, c.norm_eps, h.data());
     const Weight *qkv_w[3] = {&L.wq, &L.wk, &L.wv};
     float *qkv_y[3] = {q.data(), k.data(), v.data()};
     matmul_same_x(pool, m->kernels, qkv_w, 3, h.data(), M, qkv_y); /* one pool job when packed */
     attention(s, li, rows, q.data(), k.data(), v.data(), att.data());
     matmul(pool, m->kernels, L.wo, att.data(), M, a);
     for (int64_t i = 0; i < M * C; i++) h[(size_t)i] = x[i] + a[i];
-    rms_norm(h.data(), L.ffn_norm, M, C, c.norm_eps, hn.data());
+    rms_norm(pool, h.data(), L.ffn_norm, M, C, c.norm_eps, hn.data());
     if (c.has_moe) {
         moe_ffn(m, L, hn.data(), M, f);
     } else {
@@ -120,7 +120,7 @@ void session_forward(ats_session *s, const int32_t *const *ids, const int32_t *n
     for (int64_t i = 0; i < R; i++) {
         memcpy(xs.data() + i * C, x.data() + out_rows[(size_t)i] * C, (size_t)C * sizeof(float));
     }
-    rms_norm(xs.data(), m->norm, R, C, c.norm_eps, hn.data());
+    rms_norm(m->pool.get(), xs.data(), m->norm, R, C, c.norm_eps, hn.data());
     float *dst = all_logits;
     std::vector<float> tmp;
     if (!dst) {

@@ -29,8 +29,10 @@ struct Rows {
     const int32_t *pos;
 };
 
-/* y = rmsnorm(x) * weight per row (HF LlamaRMSNorm order, sums in double). */
-void rms_norm(const float *x, const float *weight, int64_t M, int64_t C, double eps, float *y);
+/* y = rmsnorm(x) * weight per row (HF LlamaRMSNorm order, sums in double), rows spread over the
+ * pool. */
+void rms_norm(ThreadPool *pool, const float *x, const float *weight, int64_t M, int64_t C,
+              double eps, float *y);
 
 /* Causal GQA attention of this layer for the given rows: q/k/v (M, n_head*hd | n_kv*hd) already
  * projected; applies RoPE, writes k/v into the cache at each row's slot, attends over the valid

@@ -65,6 +65,15 @@ struct Kernels {
                           float *out);
     /* y[i] += a[j] * x[j][i] for j = 0..m-1 in order (m = 1..4 rows: y stays in registers) */
     void (*axpy)(int n, int m, const float *a, const float *const *x, float *y);
+    /* y[i] = sum_j a[j] * x[j * ld + i] for i < n, j = 0..m-1 (any m >= 0; a row vector times a
+     * row-major (m, n) matrix of row stride ld): attention's scores against keys transposed to
+     * (head_dim, keys) and its sum of values (keys, head_dim) weighted by the probabilities,
+     * without horizontal sums */
+    void (*vecmat)(int n, int m, const float *a, const float *x, int64_t ld, float *y);
+    /* x[i] = softmax(scale * x)[i], i < n >= 1 (attention's probabilities from raw scores: the
+     * SIMD sets use the silu_mul exp polynomial and fp32 lane sums, the scalar set expf and a
+     * double sum) */
+    void (*softmax)(int n, float scale, float *x);
     /* n_blocks blocks of 32 activations x -> codes q (natural order) and block scales d (QAct) */
     void (*quantize_q8_0)(int n_blocks, const float *x, int8_t *q, float *d);
     /* g[i] = silu(g[i]) * u[i] = g[i] / (1 + exp(-g[i])) * u[i] (SwiGLU's gate; the SIMD sets
@@ -74,6 +83,12 @@ struct Kernels {
 
 /* The scalar quantize_q8_0 (the reference; also the AVX2 and NEON sets'). */
 void quantize_q8_0_scalar(int n_blocks, const float *x, int8_t *q, float *d);
+
+/* The scalar vecmat (the reference; also the NEON set's). */
+void vecmat_scalar(int n, int m, const float *a, const float *x, int64_t ld, float *y);
+
+/* The scalar softmax (the reference; also the NEON set's). */
+void softmax_scalar(int n, float scale, float *x);
 
 /* The scalar silu_mul (expf; also the NEON set's). */
 void silu_mul_scalar(int n, float *g, const float *u);

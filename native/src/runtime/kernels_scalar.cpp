@@ -144,9 +144,33 @@ void silu_mul_scalar(int n, float *g, const float *u) {
     for (int i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
-static const Kernels SCALAR = {"scalar",      dot_f32,       dot_q8, dot_q4,
-                               dot_q8_packed, dot_q4_packed, axpy,   quantize_q8_0_scalar,
-                               silu_mul_scalar};
+void vecmat_scalar(int n, int m, const float *a, const float *x, int64_t ld, float *y) {
+    for (int i = 0; i < n; i++) {
+        float acc = 0.0f;
+        for (int j = 0; j < m; j++) acc = fmaf(a[j], x[j * ld + i], acc);
+        y[i] = acc;
+    }
+}
+
+void softmax_scalar(int n, float scale, float *x) {
+    float mx = -INFINITY;
+    for (int i = 0; i < n; i++) {
+        x[i] *= scale;
+        mx = fmaxf(mx, x[i]);
+    }
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += x[i];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int i = 0; i < n; i++) x[i] *= inv;
+}
+
+static const Kernels SCALAR = {"scalar",      dot_f32,       dot_q8,
+                               dot_q4,        dot_q8_packed, dot_q4_packed,
+                               axpy,          vecmat_scalar, softmax_scalar,
+                               quantize_q8_0_scalar,         silu_mul_scalar};
 
 const Kernels *kernels_scalar() { return &SCALAR; }
 

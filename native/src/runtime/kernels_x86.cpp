@@ -314,6 +314,39 @@ AVX2 static void axpy_avx2(int n, int m, const float *a, const float *const *x, 
     }
 }
 
+/* vecmat: 4 vectors of y (32 columns) in registers over all m rows, then 8 columns, then a
+ * scalar tail; each column's sum runs over j in order. */
+AVX2 static void vecmat_avx2(int n, int m, const float *a, const float *x, int64_t ld, float *y) {
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
+        for (int j = 0; j < m; j++) {
+            const __m256 aj = _mm256_set1_ps(a[j]);
+            const float *xr = x + j * ld + i;
+            c0 = _mm256_fmadd_ps(aj, _mm256_loadu_ps(xr), c0);
+            c1 = _mm256_fmadd_ps(aj, _mm256_loadu_ps(xr + 8), c1);
+            c2 = _mm256_fmadd_ps(aj, _mm256_loadu_ps(xr + 16), c2);
+            c3 = _mm256_fmadd_ps(aj, _mm256_loadu_ps(xr + 24), c3);
+        }
+        _mm256_storeu_ps(y + i, c0);
+        _mm256_storeu_ps(y + i + 8, c1);
+        _mm256_storeu_ps(y + i + 16, c2);
+        _mm256_storeu_ps(y + i + 24, c3);
+    }
+    for (; i + 8 <= n; i += 8) {
+        __m256 c = _mm256_setzero_ps();
+        for (int j = 0; j < m; j++) {
+            c = _mm256_fmadd_ps(_mm256_set1_ps(a[j]), _mm256_loadu_ps(x + j * ld + i), c);
+        }
+        _mm256_storeu_ps(y + i, c);
+    }
+    for (; i < n; i++) {
+        float acc = 0.0f;
+        for (int j = 0; j < m; j++) acc = fmaf(a[j], x[j * ld + i], acc);
+        y[i] = acc;
+    }
+}
+
 /* exp(x) for 8 floats: x = n ln2 + r, |r| <= ln2 / 2, exp(r) = 1 + r + r^2 P(r) with Cephes'
  * expf coefficients, times 2^n through the exponent bits; x clamped to [-87.3, 88.7] (finite). */
 AVX2 static INLINE __m256 exp_avx2(__m256 x) {
@@ -342,6 +375,42 @@ AVX2 static void silu_mul_avx2(int n, float *g, const float *u) {
         _mm256_storeu_ps(g + i, _mm256_mul_ps(_mm256_div_ps(gv, den), _mm256_loadu_ps(u + i)));
     }
     silu_mul_scalar(n - i, g + i, u + i);
+}
+
+/* softmax: scale and max, exp_avx2 and an fp32 lane sum, one multiply by the inverse */
+AVX2 static void softmax_avx2(int n, float scale, float *x) {
+    const __m256 sc = _mm256_set1_ps(scale);
+    int i = 0;
+    __m256 mv = _mm256_set1_ps(-INFINITY);
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), sc);
+        _mm256_storeu_ps(x + i, v);
+        mv = _mm256_max_ps(mv, v);
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mv), _mm256_extractf128_ps(mv, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    float mx = fmaxf(_mm_cvtss_f32(m4), _mm_cvtss_f32(_mm_shuffle_ps(m4, m4, 1)));
+    for (int t = i; t < n; t++) {
+        x[t] *= scale;
+        mx = fmaxf(mx, x[t]);
+    }
+    const __m256 mxv = _mm256_set1_ps(mx);
+    __m256 sv = _mm256_setzero_ps();
+    for (i = 0; i + 8 <= n; i += 8) {
+        __m256 e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i), mxv));
+        _mm256_storeu_ps(x + i, e);
+        sv = _mm256_add_ps(sv, e);
+    }
+    float sum = hsum256(sv);
+    for (; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += x[i];
+    }
+    const __m256 inv = _mm256_set1_ps(1.0f / sum);
+    for (i = 0; i + 8 <= n; i += 8) {
+        _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
+    }
+    for (; i < n; i++) x[i] *= 1.0f / sum;
 }
 
 /* ------------------------------------------------------------------ AVX-512 ------------- */
@@ -496,6 +565,35 @@ AVX512 static void axpy_avx512(int n, int m, const float *a, const float *const 
     }
 }
 
+/* lanes of a 16-float vector still inside a row of `left` columns (0 when left <= 0) */
+AVX512 static INLINE __mmask16 left_mask(int left) {
+    if (left <= 0) return 0;
+    return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+}
+
+/* vecmat: 4 vectors of y (64 columns, the last ones masked) in registers over all m rows: four
+ * independent FMA chains even for short rows (a 64-wide head dimension or a few dozen keys). */
+AVX512 static void vecmat_avx512(int n, int m, const float *a, const float *x, int64_t ld,
+                                 float *y) {
+    for (int i = 0; i < n; i += 64) {
+        const __mmask16 k0 = left_mask(n - i), k1 = left_mask(n - i - 16),
+                        k2 = left_mask(n - i - 32), k3 = left_mask(n - i - 48);
+        __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
+        for (int j = 0; j < m; j++) {
+            const __m512 aj = _mm512_set1_ps(a[j]);
+            const float *xr = x + j * ld + i;
+            c0 = _mm512_fmadd_ps(aj, _mm512_maskz_loadu_ps(k0, xr), c0);
+            c1 = _mm512_fmadd_ps(aj, _mm512_maskz_loadu_ps(k1, xr + 16), c1);
+            c2 = _mm512_fmadd_ps(aj, _mm512_maskz_loadu_ps(k2, xr + 32), c2);
+            c3 = _mm512_fmadd_ps(aj, _mm512_maskz_loadu_ps(k3, xr + 48), c3);
+        }
+        _mm512_mask_storeu_ps(y + i, k0, c0);
+        _mm512_mask_storeu_ps(y + i + 16, k1, c1);
+        _mm512_mask_storeu_ps(y + i + 32, k2, c2);
+        _mm512_mask_storeu_ps(y + i + 48, k3, c3);
+    }
+}
+
 /* exp(x) for 16 floats: as exp_avx2, with 2^n applied by vscalefps. */
 AVX512 static INLINE __m512 exp_avx512(__m512 x) {
     x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.7f));
@@ -521,6 +619,31 @@ AVX512 static void silu_mul_avx512(int n, float *g, const float *u) {
         __m512 den = _mm512_add_ps(one, exp_avx512(_mm512_sub_ps(_mm512_setzero_ps(), gv)));
         __m512 y = _mm512_mul_ps(_mm512_div_ps(gv, den), _mm512_maskz_loadu_ps(mk, u + i));
         _mm512_mask_storeu_ps(g + i, mk, y);
+    }
+}
+
+/* softmax: as softmax_avx2, tails masked */
+AVX512 static void softmax_avx512(int n, float scale, float *x) {
+    const __m512 sc = _mm512_set1_ps(scale);
+    __m512 mv = _mm512_set1_ps(-INFINITY);
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 mk = tail_mask(n - i);
+        __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, x + i), sc);
+        _mm512_mask_storeu_ps(x + i, mk, v);
+        mv = _mm512_mask_max_ps(mv, mk, mv, v);
+    }
+    const __m512 mxv = _mm512_set1_ps(_mm512_reduce_max_ps(mv));
+    __m512 sv = _mm512_setzero_ps();
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 mk = tail_mask(n - i);
+        __m512 e = exp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, x + i), mxv));
+        _mm512_mask_storeu_ps(x + i, mk, e);
+        sv = _mm512_mask_add_ps(sv, mk, sv, e);
+    }
+    const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sv));
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 mk = tail_mask(n - i);
+        _mm512_mask_storeu_ps(x + i, mk, _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, x + i), inv));
     }
 }
 
@@ -634,15 +757,18 @@ AVX512VNNI static void dot_q4_packed_vnni(int n_blocks, const uint8_t *w, const 
 
 static const Kernels AVX2_SET = {"avx2",      dot_f32_avx2,       dot_q8_avx2,
                                  dot_q4_avx2, dot_q8_packed_avx2, dot_q4_packed_avx2,
-                                 axpy_avx2,   quantize_q8_0_scalar, silu_mul_avx2};
+                                 axpy_avx2,   vecmat_avx2,        softmax_avx2,
+                                 quantize_q8_0_scalar,            silu_mul_avx2};
 /* AVX-512 without VNNI: the AVX2 integer dots (AVX-512BW implies AVX2). */
 static const Kernels AVX512_SET = {"avx512",      dot_f32_avx512,     dot_q8_avx512,
                                    dot_q4_avx512, dot_q8_packed_avx2, dot_q4_packed_avx2,
-                                   axpy_avx512,   quantize_q8_0_avx512, silu_mul_avx512};
+                                   axpy_avx512,   vecmat_avx512,      softmax_avx512,
+                                   quantize_q8_0_avx512,              silu_mul_avx512};
 /* Same name: VNNI only changes how the int8/int4 dots are done. */
 static const Kernels AVX512_VNNI_SET = {"avx512",      dot_f32_avx512,     dot_q8_avx512,
                                         dot_q4_avx512, dot_q8_packed_vnni, dot_q4_packed_vnni,
-                                        axpy_avx512,   quantize_q8_0_avx512, silu_mul_avx512};
+                                        axpy_avx512,   vecmat_avx512,      softmax_avx512,
+                                        quantize_q8_0_avx512,              silu_mul_avx512};
 
 const Kernels *kernels_avx2() {
     __builtin_cpu_init();
