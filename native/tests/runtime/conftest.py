@@ -3,6 +3,7 @@
 source (for the quality gates of quantized runtimes), built once per session."""
 
 import dataclasses
+import sys
 import sysconfig
 from collections.abc import Callable
 from pathlib import Path
@@ -11,6 +12,9 @@ import numpy as np
 import pytest
 import torch
 from ats_model import ModelConfig, build_model, presets, save_pretrained
+
+# test modules import the shared helper kernel_sets.py from this folder
+sys.path.insert(0, str(Path(__file__).parent))
 
 TRAIN_STEPS = 250  # a few seconds on one CPU core; held-out byte perplexity falls from 512 to ~11
 

@@ -7,20 +7,9 @@ import ats_native
 import numpy as np
 import pytest
 import torch
+from kernel_sets import available_kernels
 
 REL_TOL = 1e-4  # as test_parity.py
-
-
-def available_kernels() -> list[str]:
-    f = ats_native.cpu_features()
-    names = ["scalar"]
-    if f["avx2"] and f["fma"]:
-        names.append("avx2")
-    if f["avx512f"] and f["avx512bw"] and f["avx512vl"]:
-        names.append("avx512")
-    if f["neon"]:
-        names.append("neon")
-    return names
 
 
 def rel_err(a: np.ndarray, b: np.ndarray) -> float:

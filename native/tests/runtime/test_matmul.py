@@ -11,19 +11,7 @@ fp32."""
 import ats_native
 import numpy as np
 import pytest
-
-
-def available_kernels() -> list[str]:
-    f = ats_native.cpu_features()
-    names = ["scalar"]
-    if f["avx2"] and f["fma"]:
-        names.append("avx2")
-    if f["avx512f"] and f["avx512bw"] and f["avx512vl"]:
-        names.append("avx512")
-    if f["neon"]:
-        names.append("neon")
-    return names
-
+from kernel_sets import available_kernels
 
 # kernel sets with integer dot products (kernels.h: dot_q8_packed / dot_q4_packed); NEON has none and
 # runs the fp32-activation kernels

@@ -31,6 +31,7 @@ from ats_infer.quantize import (
 from ats_infer.tensor_files import load_tensors
 from ats_kernels.swiglu import ref_swiglu
 from ats_model import build_model
+from kernel_sets import available_kernels
 
 SCHEMES = [(8, None), (4, 32), (4, 64)]
 # Integer path vs activation_quantized_model: the two differ in fp32 summation order only, so a
@@ -128,18 +129,6 @@ def assert_close_up_to_rounding_flips(out: np.ndarray, ref: np.ndarray) -> None:
     err = np.abs(out - ref).max(-1) / np.abs(ref).max()  # (...,) one per token
     assert (err < INT_PATH_REL_TOL).mean() >= 0.5, np.sort(err.ravel())[::-1][:10]
     assert err.max() < FLIP_REL_TOL, err.max()
-
-
-def available_kernels() -> list[str]:
-    f = ats_native.cpu_features()
-    names = ["scalar"]
-    if f["avx2"] and f["fma"]:
-        names.append("avx2")
-    if f["avx512f"] and f["avx512bw"] and f["avx512vl"]:
-        names.append("avx512")
-    if f["neon"]:
-        names.append("neon")
-    return names
 
 
 # the chosen kernel set runs the integer path (NEON dots the codes with fp32 activations instead)

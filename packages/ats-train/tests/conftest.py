@@ -1,13 +1,17 @@
-"""Shared fixtures: a small prepared dataset (one stdlib module as text) and run overrides."""
+"""Shared fixtures: a small prepared dataset (one stdlib module as text), run overrides, and the
+bitwise comparison of two run dirs."""
 
+import json
 import sysconfig
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
 from ats_data import prepare
 from ats_data.sources import open_source
 from ats_tokenizer import Tokenizer
+from safetensors.torch import load_file
 
 
 @pytest.fixture(scope="session")
@@ -52,3 +56,27 @@ def _run_overrides(prepared: tuple[Path, Path], **extra: object) -> list[str]:
     }
     values.update({k.replace("__", "."): v for k, v in extra.items()})
     return [f"{k}={v}" for k, v in values.items()]
+
+
+def _history(run_dir: Path) -> list[dict]:
+    """metrics.jsonl without the wall-clock and RSS readings."""
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    for r in records:
+        for key in ("time", "tokens_per_s", "mfu", "memory_gb"):
+            r.pop(key, None)
+    return records
+
+
+def _assert_same_run(a: Path, b: Path) -> None:
+    """Final weights bitwise equal and the same metrics history, step by step."""
+    wa = load_file(str(a / "model" / "model.safetensors"))
+    wb = load_file(str(b / "model" / "model.safetensors"))
+    assert wa.keys() == wb.keys()
+    for name in wa:
+        assert torch.equal(wa[name], wb[name]), name
+    assert _history(a) == _history(b)
+
+
+@pytest.fixture
+def assert_same_run() -> Callable[[Path, Path], None]:
+    return _assert_same_run

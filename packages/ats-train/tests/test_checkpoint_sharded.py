@@ -15,7 +15,6 @@ from ats_train.checkpoint import LATEST, CheckpointError, checkpoints_dir
 from ats_train.checkpoint_sharded import DCP_DIR, LAYOUT, TRAINER_STATE, check_resumable
 from ats_train.cli import main
 from ats_train.precision import build_precision
-from safetensors.torch import load_file
 
 FORMATS = ("full", "sharded")
 
@@ -23,27 +22,6 @@ FORMATS = ("full", "sharded")
 def _args(overrides, run_dir: Path, checkpoint_format: str) -> list[str]:  # noqa: ANN001
     extra = {"train__sample_tokens": 0, "checkpoint__format": checkpoint_format}
     return ["--run-dir", str(run_dir), *overrides(**extra)]
-
-
-def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
-    return load_file(str(run_dir / "model" / "model.safetensors"))
-
-
-def _history(run_dir: Path) -> list[dict]:
-    """metrics.jsonl without the wall-clock fields."""
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    for r in records:
-        for key in ("time", "tokens_per_s", "mfu", "memory_gb"):  # wall-clock and RSS readings
-            r.pop(key, None)
-    return records
-
-
-def _assert_bitwise_same_run(got: Path, want: Path) -> None:
-    a, b = _weights(got), _weights(want)
-    assert a.keys() == b.keys()
-    for name in a:
-        assert torch.equal(a[name], b[name]), name
-    assert _history(got) == _history(want)
 
 
 def _roll_back_to_step_4(src: Path, dst: Path) -> None:
@@ -65,9 +43,12 @@ def runs(overrides, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]
     return out
 
 
-def test_sharded_checkpoints_hold_dcp_shards_and_are_pruned(runs: dict[str, Path]) -> None:
+def test_sharded_checkpoints_hold_dcp_shards_and_are_pruned(
+    runs: dict[str, Path],
+    assert_same_run,  # noqa: ANN001
+) -> None:
     """The format changes what is written, not what is trained (bitwise); keep_last prunes."""
-    _assert_bitwise_same_run(runs["sharded"], runs["full"])
+    assert_same_run(runs["sharded"], runs["full"])
     root = checkpoints_dir(runs["sharded"])
     assert sorted(p.name for p in root.iterdir() if p.is_dir()) == ["step-000004", "step-000006"]
     for step_dir in root.glob("step-*"):
@@ -95,12 +76,13 @@ def test_resume_is_bitwise_exact_whichever_format_wrote_the_checkpoint(
     tmp_path: Path,
     saved: str,
     resumed: str,
+    assert_same_run,  # noqa: ANN001
 ) -> None:
     """Resume reads the format the checkpoint holds; checkpoint.format only decides the next."""
     run_dir = tmp_path / "resumed"
     _roll_back_to_step_4(runs[saved], run_dir)
     assert main(_args(overrides, run_dir, resumed)) == 0
-    _assert_bitwise_same_run(run_dir, runs["full"])
+    assert_same_run(run_dir, runs["full"])
     final_state = checkpoints_dir(run_dir) / "step-000006" / TRAINER_STATE
     assert (final_state / LAYOUT).is_file() == (resumed == "sharded")
 

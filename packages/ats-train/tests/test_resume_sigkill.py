@@ -5,7 +5,6 @@
 - A kill while a checkpoint is being written never leaves `latest` naming a broken checkpoint.
 """
 
-import json
 import os
 import random
 import signal
@@ -15,9 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 from ats_train.checkpoint import checkpoint_step, checkpoints_dir, latest_checkpoint
-from safetensors.torch import load_file
 
 pytestmark = pytest.mark.slow
 
@@ -74,26 +71,6 @@ def _kill_when(proc: subprocess.Popen, ready) -> None:  # noqa: ANN001
     assert proc.returncode == -signal.SIGKILL
 
 
-def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
-    return load_file(str(run_dir / "model" / "model.safetensors"))
-
-
-def _history(run_dir: Path) -> list[dict]:
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    for r in records:
-        for key in ("time", "tokens_per_s", "mfu", "memory_gb"):  # wall-clock and RSS readings
-            r.pop(key, None)
-    return records
-
-
-def _assert_same_run(a: Path, b: Path) -> None:
-    wa, wb = _weights(a), _weights(b)
-    assert wa.keys() == wb.keys()
-    for name in wa:
-        assert torch.equal(wa[name], wb[name]), name
-    assert _history(a) == _history(b)
-
-
 @pytest.fixture(scope="module")
 def reference(overrides, tmp_path_factory: pytest.TempPathFactory) -> Path:
     run_dir = tmp_path_factory.mktemp("reference")
@@ -102,7 +79,7 @@ def reference(overrides, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_sigkill_at_several_steps_then_resume_is_bitwise_exact(
-    reference: Path, overrides, tmp_path: Path
+    reference: Path, overrides, tmp_path: Path, assert_same_run
 ) -> None:
     """One run killed three times (after 2, 6 and 10 logged steps, each time resumed from its
     latest checkpoint), then finished: same weights and metrics as the uninterrupted run."""
@@ -114,12 +91,12 @@ def test_sigkill_at_several_steps_then_resume_is_bitwise_exact(
         resumed_from.append(0 if latest is None else checkpoint_step(latest))
     assert resumed_from == sorted(resumed_from) and resumed_from[-1] >= 6
     _finish(args)
-    _assert_same_run(reference, tmp_path)
+    assert_same_run(reference, tmp_path)
 
 
 @pytest.mark.parametrize("checkpoint_format", ["full", "sharded"])
 def test_sigkill_while_writing_a_checkpoint_keeps_latest_loadable(
-    reference: Path, overrides, tmp_path: Path, checkpoint_format: str
+    reference: Path, overrides, tmp_path: Path, checkpoint_format: str, assert_same_run
 ) -> None:
     """Each checkpoint file takes 0.15 s to write (about 1-1.5 s per checkpoint); the run is killed
     at a random moment after the step directory appears, three checkpoints in a row. Sharded: the
@@ -149,6 +126,6 @@ def test_sigkill_while_writing_a_checkpoint_keeps_latest_loadable(
             assert checkpoint_step(latest) in (target - EVERY, target)
     assert torn >= 1  # at least one kill really landed inside a checkpoint write
     _finish(args)
-    _assert_same_run(reference, tmp_path)
+    assert_same_run(reference, tmp_path)
     layout = latest_checkpoint(tmp_path) / "trainer_state" / "sharded.json"
     assert layout.is_file() == (checkpoint_format == "sharded")

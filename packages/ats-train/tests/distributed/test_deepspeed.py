@@ -75,6 +75,14 @@ def _snapshot(run_dir: Path) -> dict[str, bytes]:
     }
 
 
+def _assert_reproduces(run_dir: Path, reference: Path) -> None:
+    """Every step's loss and the final weights are the uninterrupted single-process run's."""
+    want, got = train_losses(reference), train_losses(run_dir)
+    assert got.keys() == want.keys() == set(range(1, STEPS + 1))
+    _assert_same_losses(got, want)
+    _assert_same_weights(model_weights(run_dir), model_weights(reference))
+
+
 @pytest.fixture(scope="module")
 def reference(overrides, tmp_path_factory: pytest.TempPathFactory) -> Path:  # noqa: ANN001
     run_dir = tmp_path_factory.mktemp("single")
@@ -90,10 +98,7 @@ def test_zero2_on_two_ranks_reproduces_the_single_process_run(
     """Global batch 4: single runs 4 micro-batches of 1, each rank 2 with accumulation."""
     zero2 = {"parallel__backend": "deepspeed", "parallel__zero_stage": 2}
     _ok(run_ats_train(_args(overrides, tmp_path, **zero2), 2))
-    want, got = train_losses(reference), train_losses(tmp_path)
-    assert got.keys() == want.keys() == set(range(1, STEPS + 1))
-    _assert_same_losses(got, want)
-    _assert_same_weights(model_weights(tmp_path), model_weights(reference))
+    _assert_reproduces(tmp_path, reference)
 
 
 def test_deepspeed_launcher_runs_zero1_like_torchrun(
@@ -107,10 +112,7 @@ def test_deepspeed_launcher_runs_zero1_like_torchrun(
     proc = run_ats_train_deepspeed_launcher(_args(overrides, tmp_path, **zero1), 2)
     _ok(proc)
     assert (proc.stdout + proc.stderr).count("exits successfully") == 2  # the launcher's 2 ranks
-    want, got = train_losses(reference), train_losses(tmp_path)
-    assert got.keys() == want.keys() == set(range(1, STEPS + 1))
-    _assert_same_losses(got, want)
-    _assert_same_weights(model_weights(tmp_path), model_weights(reference))
+    _assert_reproduces(tmp_path, reference)
 
 
 def test_zero1_checkpoint_resumes_on_one_rank_and_on_two_with_zero3_offload(
