@@ -13,20 +13,28 @@ from tokenizers import models
 
 
 def random_table(seed: int, n_merges: int) -> BpeTable:
-    """Random merges over a small alphabet with shuffled ids (valid but not in merge order)."""
+    """Random merges over a small alphabet with shuffled ids (valid but not in merge order).
+
+    Every merge makes a new string: HF's BPE vocab (like tiktoken's ranks) is keyed by the token's
+    string, so a table where ("a", "aa") and ("aa", "a") both make a token "aaa" under two ids has
+    no HF counterpart to compare with."""
     rng = random.Random(seed)
     ids = list(range(256 + n_merges))
     rng.shuffle(ids)
     byte_ids = ids[:256]
     known = [byte_ids[b] for b in b"abc "]
-    merges, seen = [], set()
+    spelled = {byte_ids[b]: bytes([b]) for b in b"abc "}
+    strings = set(spelled.values())
+    merges = []
     for i in range(n_merges):
         pair = (rng.choice(known), rng.choice(known))
-        while pair in seen:
+        while spelled[pair[0]] + spelled[pair[1]] in strings:  # also rules out a repeated pair
             pair = (rng.choice(known), rng.choice(known))
-        seen.add(pair)
-        merges.append((*pair, ids[256 + i]))
-        known.append(ids[256 + i])
+        merged = ids[256 + i]
+        spelled[merged] = spelled[pair[0]] + spelled[pair[1]]
+        strings.add(spelled[merged])
+        merges.append((*pair, merged))
+        known.append(merged)
     return BpeTable(tuple(byte_ids), tuple(merges))
 
 
