@@ -88,7 +88,7 @@ def _build(prepared, run_dir: Path, backend: str, device: str = "cpu", **extra: 
         "checkpoint.every": 0,
         **extra,
     }
-    run_dir.mkdir()
+    run_dir.mkdir(exist_ok=True)
     return build_trainer(build_config(flat), run_dir)
 
 
@@ -120,6 +120,23 @@ def test_the_trainer_runs_its_forwards_under_the_chosen_backend(
     default = _losses(_build(prepared, tmp_path / "default", "default"))
     assert int(SDPBackend.MATH) not in set(seen)  # torch's own order starts with flash
     assert default == pytest.approx(math, rel=1e-5)
+
+
+def test_a_resumed_auto_run_keeps_the_choice_in_its_checkpoint(prepared, tmp_path: Path) -> None:
+    """The backends draw dropout differently, so "auto" must not re-measure on resume; a backend
+    named on the resumed run's command line still wins over the recorded one."""
+    first = _build(prepared, tmp_path / "run", "math")
+    _losses(first)
+    first.save()
+    resumed = _build(prepared, tmp_path / "run", "auto", **{"train.steps": 6})
+    assert resumed.step == 3
+    assert (resumed.attention.name, resumed.attention.resumed) == ("math", True)
+    assert resumed.attention.order[0] == SDPBackend.MATH
+    assert "from its checkpoint" in resumed.attention.describe()
+    named = _build(prepared, tmp_path / "run", "default", **{"train.steps": 6})
+    assert (named.attention.name, named.attention.order) == ("default", None)
+    fresh = _build(prepared, tmp_path / "fresh", "auto")
+    assert (fresh.attention.name, fresh.attention.resumed) == ("default", False)  # CPU: torch's
 
 
 @pytest.mark.gpu

@@ -53,7 +53,7 @@ def test_refuses_cpu_before_writing_anything(prepared, tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
-def _losses_and_weights(prepared, run_dir: Path, graphs: bool, preset: str):
+def _losses_and_weights(prepared, run_dir: Path, graphs: bool, preset: str, sdpa: str):
     run_dir.mkdir()
     config = _config(
         prepared,
@@ -62,6 +62,7 @@ def _losses_and_weights(prepared, run_dir: Path, graphs: bool, preset: str):
             "train.cuda_graphs": graphs,
             "train.precision": "bf16",
             "model.dropout": 0.1,
+            "train.sdpa_backend": sdpa,  # named: "auto" may choose differently in each run
         },
     )
     trainer = build_trainer(config, run_dir)
@@ -72,13 +73,14 @@ def _losses_and_weights(prepared, run_dir: Path, graphs: bool, preset: str):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("sdpa", ["flash", "cudnn"])
 @pytest.mark.parametrize("preset", ["tiny-dense", "tiny-moe"])
-def test_graphed_training_matches_eager(prepared, tmp_path: Path, preset: str) -> None:
+def test_graphed_training_matches_eager(prepared, tmp_path: Path, preset: str, sdpa: str) -> None:
     """Same seed, same batches: the replayed graphs compute what eager does (dropout on: the CUDA
     generator advances the same way), and two graphed runs are bitwise equal."""
-    eager, w_eager = _losses_and_weights(prepared, tmp_path / "eager", False, preset)
-    graphed, w_graphed = _losses_and_weights(prepared, tmp_path / "graphed", True, preset)
-    again, w_again = _losses_and_weights(prepared, tmp_path / "again", True, preset)
+    eager, w_eager = _losses_and_weights(prepared, tmp_path / "eager", False, preset, sdpa)
+    graphed, w_graphed = _losses_and_weights(prepared, tmp_path / "graphed", True, preset, sdpa)
+    again, w_again = _losses_and_weights(prepared, tmp_path / "again", True, preset, sdpa)
     assert graphed == again
     assert all(torch.equal(w_graphed[n], w_again[n]) for n in w_graphed)
     assert graphed == pytest.approx(eager, rel=2e-3), (graphed, eager)

@@ -13,12 +13,16 @@ on the H200 cuDNN attention measured about 1.7x flash. So the trainer measures i
 
 The chosen backend goes first and the others follow in torch's order, so the calls it cannot run
 (MoD blocks and padded evaluation pass explicit masks, which flash and cuDNN may refuse) still find
-a kernel. The choice is remade on every start: set a name to pin it across resumes on the GPU.
+a kernel. The backends draw dropout masks differently, so the choice is part of the run: the
+trainer saves it in every checkpoint and a resumed "auto" run keeps it instead of measuring again
+(bitwise resume). Two fresh "auto" runs can choose differently where two backends time within noise
+of each other: name the backend for bitwise-reproducible fresh runs on the GPU.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -80,6 +84,14 @@ class AttentionBackend:
 
     order: tuple[SDPBackend, ...] | None
     timings_ms: dict[str, float | None]  # backend -> ms per forward + backward; None = cannot run
+    resumed: bool = False  # the choice came from the checkpoint, not from a measurement now
+
+    @property
+    def name(self) -> str:
+        """The train.sdpa_backend value that reproduces this choice: a backend name or "default"."""
+        if self.order is None:
+            return "default"
+        return next(name for name, backend in BACKENDS.items() if backend == self.order[0])
 
     @contextlib.contextmanager
     def context(self) -> Iterator[None]:
@@ -95,6 +107,8 @@ class AttentionBackend:
             f"{name} {'cannot run' if ms is None else f'{ms:.3f} ms'}"
             for name, ms in self.timings_ms.items()
         )
+        if self.resumed:
+            return f"attention: {first} (the run's choice, from its checkpoint)"
         return f"attention: {first}" + (f" (fwd+bwd measured: {measured})" if measured else "")
 
 
@@ -104,10 +118,11 @@ def priority(name: str) -> tuple[SDPBackend, ...]:
 
 
 def time_backend(
-    name: str, shape: AttentionShape, device: torch.device, reps: int = 10
+    name: str, shape: AttentionShape, device: torch.device, reps: int = 10, rounds: int = 3
 ) -> float | None:
-    """Milliseconds per forward + backward of the run's attention call under backend `name` alone,
-    or None when that backend cannot run it here."""
+    """Milliseconds per forward + backward of the run's attention call under backend `name` alone
+    (the best of `rounds` rounds of `reps` calls, after 3 warm-up calls: cuDNN builds its plans in
+    the first ones), or None when that backend cannot run it here."""
     generator = torch.Generator(device).manual_seed(0)  # the run's RNG streams are not touched
 
     def randn(heads: int) -> torch.Tensor:
@@ -133,19 +148,24 @@ def time_backend(
     with sdpa_kernel([BACKENDS[name]]), warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         try:
-            step()  # warm-up; also where an unsupported shape, dtype or device raises
+            step()  # the first call is where an unsupported shape, dtype or device raises
         except torch.OutOfMemoryError:
             raise
         except RuntimeError:
             # "No available kernel" (CUDA) / "No viable backend" (CPU): with one backend enabled,
             # the dispatcher's refusal is the answer to "can it run this call"
             return None
-        _sync(device)
-        start = time.perf_counter()
-        for _ in range(reps):
+        for _ in range(2 if reps > 1 else 0):
             step()
-        _sync(device)
-    return (time.perf_counter() - start) / reps * 1e3
+        best = float("inf")
+        for _ in range(rounds):
+            _sync(device)
+            start = time.perf_counter()
+            for _ in range(reps):
+                step()
+            _sync(device)
+            best = min(best, (time.perf_counter() - start) / reps * 1e3)
+    return best
 
 
 def _sync(device: torch.device) -> None:
@@ -158,15 +178,20 @@ def choose_attention_backend(
     shape: AttentionShape,
     device: torch.device,
     mean_over_ranks: Callable[[torch.Tensor], torch.Tensor],
+    saved: str | None = None,
 ) -> AttentionBackend:
     """train.sdpa_backend -> the run's AttentionBackend (module docstring).
 
     mean_over_ranks (values (n,) float64 -> their mean over ranks) makes "auto" agree across
-    ranks; a backend that cannot run on some rank is inf there, so it cannot win."""
+    ranks; a backend that cannot run on some rank is inf there, so it cannot win. saved: the
+    choice recorded in the checkpoint a run resumes from, which "auto" keeps."""
+    if setting == "auto" and saved is not None:
+        chosen = choose_attention_backend(saved, shape, device, mean_over_ranks)
+        return dataclasses.replace(chosen, resumed=True)
     if setting == "default" or (setting == "auto" and device.type != "cuda"):
         return AttentionBackend(None, {})
     if setting != "auto":
-        ms = time_backend(setting, shape, device, reps=1)
+        ms = time_backend(setting, shape, device, reps=1, rounds=1)
         if ms is None:
             raise ConfigError(
                 f"train.sdpa_backend = {setting!r} cannot run this run's attention on {device} "

@@ -69,7 +69,7 @@ from ats_train.orchestrator.settings import FaultsSection
 from ats_train.parallelize import parallelize
 from ats_train.precision import Precision, build_precision
 
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: the run's attention backend
 
 
 @dataclass
@@ -312,6 +312,7 @@ class Trainer:
             "rng": rng_state(),
             "knobs": runtime_knobs(self.raw_model),
             "orchestrator": self.orchestrator.state_dict(),
+            "attention": self.attention.name,
         }
 
     def load(self, directory: Path) -> None:
@@ -323,12 +324,7 @@ class Trainer:
             self.backend.load_optimizer_state(self.optimizer, load_tree(state_dir, "optimizer"))
         else:
             self.backend.load_optimizer_shards(self.optimizer, state_dir)
-        state = load_tree(state_dir, "state")
-        if state["format_version"] != STATE_VERSION:
-            raise CheckpointError(
-                f"{state_dir}: trainer state format_version {state['format_version']!r}, "
-                f"this ats-train reads {STATE_VERSION}"
-            )
+        state = read_trainer_state(directory)
         self.step = state["step"]
         self.train_loader.load_state_dict(state["loader"])
         self.backend.load_state(state["backend"])
@@ -470,6 +466,18 @@ def write_resolved_config(run_dir: Path, config: TrainConfig, resume_step: int |
     path.write_text(text)
 
 
+def read_trainer_state(checkpoint: Path) -> dict[str, Any]:
+    """A checkpoint's trainer state (step, loader, RNG, ...), in the format this ats-train writes."""
+    state_dir = checkpoint / TRAINER_STATE
+    state = load_tree(state_dir, "state")
+    if state["format_version"] != STATE_VERSION:
+        raise CheckpointError(
+            f"{state_dir}: trainer state format_version {state['format_version']!r}, "
+            f"this ats-train reads {STATE_VERSION}"
+        )
+    return state
+
+
 def size_run(config: TrainConfig, model_config: ModelConfig) -> None:
     """train.steps from [plan] (steps_from = tokens_per_param | flops); config: unchanged."""
     train, plan = config.train, config.plan
@@ -520,7 +528,11 @@ def build_trainer(config: TrainConfig, run_dir: Path) -> Trainer:
     )
     # before seeding: the measurement draws from its own generator, but dropout from the global one
     attention = choose_attention_backend(
-        train.sdpa_backend, shape, device, backend.all_reduce_mean_tensor
+        train.sdpa_backend,
+        shape,
+        device,
+        backend.all_reduce_mean_tensor,
+        saved=read_trainer_state(resume_from)["attention"] if resume_from is not None else None,
     )
     seed_everything(train.seed)
     raw_model = build_model(model_config, device=device, kernels=config.kernels)
