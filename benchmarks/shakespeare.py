@@ -27,7 +27,7 @@ import torch
 from ats_data.shards import ShardWriter, make_index, write_index
 from ats_tokenizer import Tokenizer
 from ats_tokenizer.pretokenize import GPT4_PATTERN
-from ats_train.config import build_config
+from ats_train.config import build_config, parse_override
 from ats_train.trainer import build_trainer
 
 NANOGPT_BEST_VAL = 1.4697
@@ -47,8 +47,14 @@ MODEL = {
 }
 RUNS = {
     "dense": {"model.preset": "tiny-dense"},
-    # Switch style: one of 8 experts, each as wide as the dense FFN
-    "moe": {"model.preset": "tiny-moe", "model.moe.n_experts": 8, "model.moe.top_k": 1},
+    # Switch style: one of 8 experts, each as wide as the dense FFN, its output scaled by its
+    # probability (renormalizing one weight would make it 1.0 and leave the router untrained)
+    "moe": {
+        "model.preset": "tiny-moe",
+        "model.moe.n_experts": 8,
+        "model.moe.top_k": 1,
+        "model.moe.norm_topk": False,
+    },
     # fine-grained (DeepSeekMoE, arXiv:2401.06066): 4 of 16 experts a quarter as wide
     "moe_fine": {
         "model.preset": "tiny-moe",
@@ -127,6 +133,7 @@ def run(name: str, data_dir: Path, args: argparse.Namespace, run_dir: Path) -> d
         "checkpoint.every": 0,
         **{f"model.{k}": v for k, v in MODEL.items()},
         **RUNS[name],
+        **dict(parse_override(text) for text in args.set),
     }
     run_dir.mkdir(parents=True)
     start = time.perf_counter()
@@ -177,6 +184,9 @@ def main() -> None:
         help="train.cuda_graphs",
     )
     parser.add_argument("--seed", type=int, default=1337, help="train.seed (init and batches)")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="config override, last wins"
+    )
     parser.add_argument("--device", default="cuda", help="cpu only for a smoke run of the script")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():

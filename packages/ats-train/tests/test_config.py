@@ -3,7 +3,8 @@
 from pathlib import Path
 
 import pytest
-from ats_train.config import ConfigError, TrainConfig, load_config, to_toml
+from ats_train.config import ConfigError, TrainConfig, build_config, load_config, to_toml
+from ats_train.model import build_model_config
 
 
 def test_defaults_round_trip_through_toml(tmp_path: Path) -> None:
@@ -116,3 +117,12 @@ def test_missing_or_invalid_file(tmp_path: Path) -> None:
     bad.write_text("[train\n")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_config(bad)
+
+
+def test_top1_routing_must_keep_the_probability_as_its_weight() -> None:
+    """Renormalizing one weight makes it 1.0: the router would learn nothing from the loss."""
+    switch = build_config({"model.preset": "tiny-moe", "model.moe.top_k": 1})
+    with pytest.raises(ConfigError, match="model.moe.top_k = 1 with model.moe.norm_topk = true"):
+        build_model_config(switch.model, 320, 32)
+    switch.model.overrides["moe.norm_topk"] = False
+    assert build_model_config(switch.model, 320, 32).moe.norm_topk is False

@@ -39,6 +39,13 @@ def build_model_config(model: ModelSection, vocab_size: int, seq_len: int) -> Mo
         config = ModelConfig.from_dict(d)
     except (TypeError, ValueError) as e:
         raise ConfigError(f"[model] preset {model.preset!r} with overrides: {e}") from e
+    if config.moe is not None and config.moe.top_k == 1 and config.moe.norm_topk:
+        # weight p / p = 1 for every token: d(loss)/d(router) = 0, only the balancing loss trains it
+        raise ConfigError(
+            "model.moe.top_k = 1 with model.moe.norm_topk = true gives every token the weight 1.0, "
+            "so the router gets no gradient from the loss; set model.moe.norm_topk = false "
+            "(Switch Transformer: the chosen expert's output scaled by its probability)"
+        )
     if config.max_seq_len < seq_len:
         raise ConfigError(
             f"train.seq_len = {seq_len} exceeds the model's max_seq_len = {config.max_seq_len}; "
