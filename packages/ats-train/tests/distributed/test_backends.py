@@ -37,6 +37,8 @@ def _args(overrides, run_dir: Path, **extra: object) -> list[str]:
         # constant LR after warmup, so a run sized to fewer steps has the same schedule prefix
         "optim__lr": 1e-3,
         "optim__min_lr": 1e-3,
+        # the update ratio is measured every `every` steps (no kind fires before min_records 8)
+        "orchestrator__every": 3,
         **extra,
     }
     return ["--run-dir", str(run_dir), *overrides(**values)]
@@ -83,6 +85,11 @@ def test_two_ranks_reproduce_the_single_process_run(
         assert aux and aux == [k for k in ref_records[step] if k.startswith("aux/")]
         for key in aux:
             assert record[key] == pytest.approx(ref_records[step][key], rel=1e-5), (step, key)
+        # the orchestrator's weight norms are the whole model's (fsdp2: summed over the shards)
+        for key in ("param_norm", "update_ratio"):  # update_ratio: every orchestrator.every steps
+            want = ref_records[step].get(key)
+            assert record.get(key) == (want if want is None else pytest.approx(want, rel=1e-5))
+    assert any(r.get("update_ratio") is not None for r in ref_records.values())
     assert len(train_records(reference)[1]["moe/entropy"]) == 2  # tiny-hybrid: 2 MoE layers
     ref_w, w = model_weights(reference), model_weights(tmp_path)
     assert w.keys() == ref_w.keys()

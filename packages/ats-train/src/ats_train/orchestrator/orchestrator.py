@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch.distributed.tensor import DTensor
 
 from ats_train.orchestrator.base import Evidence, Intervention
 from ats_train.orchestrator.decisions import DecisionLog
@@ -30,7 +31,24 @@ from ats_train.orchestrator.settings import OrchestratorSection
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from ats_train.backends import Backend
     from ats_train.trainer import StepOutput, Trainer
+
+
+def _local(param: torch.Tensor) -> torch.Tensor:
+    """This rank's values: an FSDP2 parameter's shard, any other parameter itself."""
+    return param.detach().to_local() if isinstance(param, DTensor) else param.detach()
+
+
+def _global_norm(local: list[torch.Tensor], shards_of: Backend | None) -> float:
+    """The 2-norm of the whole tensors from this rank's parts (_local): one fused launch and one
+    host sync; for FSDP2's disjoint shards (shards_of = the backend) one all-reduce of the sum of
+    squares, instead of a DTensor dispatch and a collective per parameter."""
+    squares = torch.stack(torch._foreach_norm(local, dtype=torch.float32)).square().sum()
+    if shards_of is None:
+        return math.sqrt(float(squares))
+    mean = shards_of.all_reduce_mean_tensor(squares.double().cpu().reshape(1))
+    return math.sqrt(float(mean[0]) * shards_of.world_size)
 
 
 class Orchestrator:
@@ -111,7 +129,7 @@ class Orchestrator:
         if not self.active:
             return False
         if (trainer.step + 1) % self.config.every == 0:
-            self._snapshot = [p.detach().clone() for p in trainer.raw_model.parameters()]
+            self._snapshot = [_local(p).clone() for p in trainer.raw_model.parameters()]
         kind = self.kinds.get("skip_batch")
         if kind is None or not math.isfinite(out.loss):
             return False
@@ -126,22 +144,21 @@ class Orchestrator:
         if not self.active:
             return
         params = list(trainer.raw_model.parameters())
-        # matrices only: what weight decay acts on (norm gains at 1.0 would dominate a tiny model);
-        # one fused launch for all norms and one host sync per quantity, not one per tensor
+        # matrices only: what weight decay acts on (norm gains at 1.0 would dominate a tiny model)
         matrices = [p.detach() for p in params if p.ndim >= 2]
+        shards_of = trainer.backend if any(isinstance(p, DTensor) for p in params) else None
         if not matrices:
             # DeepSpeed ZeRO-3 leaves each rank empty 1-D placeholders (the values live in its
             # partitions): no parameter norm or update ratio is measured there.
             record["param_norm"] = record["update_ratio"] = None
             self._snapshot = None
         else:
-            norms = torch._foreach_norm(matrices)
-            record["param_norm"] = float(torch.stack([n.float() for n in norms]).norm())
+            record["param_norm"] = _global_norm([_local(p) for p in matrices], shards_of)
         if self._snapshot is not None and len(self._snapshot) == len(params):
-            pairs = list(zip(params, self._snapshot, strict=True))
-            delta = torch.stack([(p.detach().float() - q.float()).norm() for p, q in pairs]).norm()
-            before = torch.stack([q.float().norm() for q in self._snapshot]).norm()
-            record["update_ratio"] = float(delta / before) if float(before) > 0 else None
+            now = [_local(p) for p in params]
+            delta = _global_norm(torch._foreach_sub(now, self._snapshot), shards_of)
+            before = _global_norm(self._snapshot, shards_of)
+            record["update_ratio"] = delta / before if before > 0 else None
         self._snapshot = None
         if trainer.backend.device.type == "cuda":
             record["memory_gb"] = torch.cuda.max_memory_allocated(trainer.backend.device) / 1e9
