@@ -4,7 +4,14 @@ Each configuration trains --steps of the same model (124m-dense by default; bf16
 same global batch and seed, tinyshakespeare as bytes) through the real CLI under torchrun, and one
 JSON line per run reports: final loss, max |loss - single-GPU loss| over all steps, steady-state
 tokens/s, per-GPU peak memory (torch.cuda.max_memory_allocated from every rank) and, on several
-GPUs, scaling efficiency = tokens/s / (n_gpus x single-GPU tokens/s) (= "ratio").
+GPUs, two scaling efficiencies, tokens/s / (n_gpus x one GPU's tokens/s):
+- "ratio" / scaling_efficiency (weak scaling, the usual data-parallel measure): against
+  `single_per_gpu`, one GPU running one rank's share (--micro-batch-size sequences per step, no
+  accumulation), so both sides run the same work per GPU and one optimizer step per micro-batch;
+- same_global_batch_efficiency (strong scaling): against `single`, one GPU running the whole global
+  batch with accumulation, so it pays one optimizer step per --batch-size sequences where each rank
+  pays one per its share. `single` is also the loss reference (same global batch and seed).
+--compile adds train.compile (torch.compile per block) to every configuration.
 
     PYTHONPATH=$(ls -d packages/*/src | paste -sd:) \\
         python3 benchmarks/distributed.py --data tinyshakespeare.txt --out /tmp/dist --gpus 2
@@ -31,6 +38,7 @@ from pathlib import Path
 # name -> (ranks: "gpus" = --gpus, 1 = one process without torchrun; overrides)
 CONFIGS: dict[str, tuple[str | int, dict[str, object]]] = {
     "single": (1, {"parallel.backend": "single"}),
+    "single_per_gpu": (1, {"parallel.backend": "single"}),  # train.batch_size = one rank's share
     "ddp": ("gpus", {"parallel.backend": "ddp"}),
     "fsdp2": ("gpus", {"parallel.backend": "fsdp2"}),
     "zero1": ("gpus", {"parallel.backend": "deepspeed", "parallel.zero_stage": 1}),
@@ -99,6 +107,10 @@ def overrides_for(
         "kernels": args.kernels,
         **CONFIGS[name][1],
     }
+    if name == "single_per_gpu":
+        values["train.batch_size"] = args.batch_size // args.gpus
+    if args.compile:
+        values["train.compile"] = True
     if args.vocab_size:
         values["model.vocab_size"] = args.vocab_size
     if "nvme" in name:
@@ -207,13 +219,16 @@ def summarize(name: str, args: argparse.Namespace, out: Path, wall_s: float, err
         result["max_abs_loss_diff_vs_single"] = max(diffs) if diffs else None
         result["steps_compared"] = len(diffs)
     single_tps = steady_tokens_per_s(single, warmup)
+    per_gpu_tps = steady_tokens_per_s(train_records(out / "single_per_gpu"), warmup)
     result["ours"] = result["tokens_per_s"]
-    if ranks > 1 and single_tps and result["tokens_per_s"]:
-        result["baseline"] = ranks * single_tps  # perfect linear scaling of the 1-GPU run
-        result["ratio"] = result["tokens_per_s"] / result["baseline"]
-        result["scaling_efficiency"] = result["ratio"]
-    else:
-        result["baseline"], result["ratio"] = None, None
+    result["baseline"], result["ratio"] = None, None
+    if ranks > 1 and result["tokens_per_s"]:
+        if per_gpu_tps:
+            result["baseline"] = ranks * per_gpu_tps  # perfect linear scaling of one GPU
+            result["ratio"] = result["tokens_per_s"] / result["baseline"]
+            result["scaling_efficiency"] = result["ratio"]
+        if single_tps:
+            result["same_global_batch_efficiency"] = result["tokens_per_s"] / (ranks * single_tps)
     devices = {p["device"] for p in peaks if "device" in p}
     result["hardware"] = f"{ranks} x {', '.join(sorted(devices)) or args.device}"
     if error:
@@ -250,6 +265,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--micro-batch-size", type=int, default=16, help="per rank")
     parser.add_argument("--precision", default="bf16")
     parser.add_argument("--kernels", default="auto")
+    parser.add_argument("--compile", action="store_true", help="train.compile for every run")
     parser.add_argument("--device", default="cuda", help="cpu: a gloo smoke run of the plumbing")
     parser.add_argument(
         "--nvme-dir", default=None, help="local disk for NVMe offload (default: TMP)"

@@ -20,6 +20,7 @@ import time
 
 import torch
 from ats_model import build_model, count_params, flops_per_token, presets
+from ats_train.attention_backend import AttentionShape, choose_attention_backend
 from ats_train.backends import build_backend
 from ats_train.config import build_config
 from ats_train.mfu import peak_flops
@@ -42,12 +43,12 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def run(preset: str, kernels: str, args: argparse.Namespace) -> dict:
+def run(preset: str, kernels: str, sdpa: str, args: argparse.Namespace) -> dict:
     """Build through ats_train, train args.warmup + args.steps steps, return the measurement."""
     config = build_config({
         "model.preset": preset, "kernels": kernels, "train.device": args.device,
         "train.precision": args.precision, "train.compile": args.compile,
-        "train.batch_size": args.batch, "train.seq_len": args.seq_len,
+        "train.batch_size": args.batch, "train.seq_len": args.seq_len, "train.sdpa_backend": sdpa,
     })  # fmt: skip
     train = config.train
     device = torch.device(args.device)
@@ -57,6 +58,10 @@ def run(preset: str, kernels: str, args: argparse.Namespace) -> dict:
     backend = build_backend(config.parallel, device, precision)
     # no tokenizer here: the preset's own vocabulary (124m: GPT-2's, padded to 50304)
     model_config = build_model_config(config.model, presets.get(preset).vocab_size, train.seq_len)
+    shape = AttentionShape.of_run(
+        model_config, train.batch_size, train.seq_len, precision.autocast_dtype or torch.float32
+    )
+    attention = choose_attention_backend(train.sdpa_backend, shape, device, lambda t: t)
     torch.manual_seed(train.seed)
     raw_model = build_model(model_config, device=device, kernels=config.kernels)
     model = parallelize(raw_model, train)
@@ -71,7 +76,7 @@ def run(preset: str, kernels: str, args: argparse.Namespace) -> dict:
 
     def step() -> torch.Tensor:
         # Trainer.forward_backward with one micro-batch, then backend.step (clip + AdamW)
-        with precision.autocast():
+        with precision.autocast(), attention.context():
             output = model(tokens, targets=targets)
         loss = output.loss + sum(loss_weights[k] * v for k, v in output.aux.items())
         backend.backward(loss, last_micro_batch=True)
@@ -95,8 +100,8 @@ def run(preset: str, kernels: str, args: argparse.Namespace) -> dict:
     fpt = flops_per_token(model_config, train.seq_len)
     peak = peak_flops(device, train.precision)
     return {
-        "name": f"train_{preset}_{kernels}", "preset": preset, "kernels": kernels,
-        "kernel_set": raw_model.kernels.name,
+        "name": f"train_{preset}_{kernels}_sdpa_{sdpa}", "preset": preset, "kernels": kernels,
+        "kernel_set": raw_model.kernels.name, "sdpa": attention.describe(),
         "tokens_per_s": round(tokens_per_s, 1), "step_ms": round(step_s * 1e3, 3),
         "mfu": None if peak is None else round(tokens_per_s * fpt / peak, 4),
         "flops_per_token": fpt, "active_params": count_params(model_config)[1],
@@ -122,6 +127,9 @@ def main() -> None:
         "--warmup", type=int, default=None, help="untimed steps, compile included (cuda: 3)"
     )
     parser.add_argument("--steps", type=int, default=None, help="timed steps (cuda: 10)")
+    parser.add_argument(
+        "--sdpa", default="auto", help="train.sdpa_backend, comma list: one row per value (ours)"
+    )
     parser.add_argument("--precision", default="bf16", choices=("bf16", "fp32"))
     parser.add_argument("--no-compile", dest="compile", action="store_false", default=None)
     args = parser.parse_args()
@@ -141,10 +149,15 @@ def main() -> None:
     for preset in args.preset.split(","):
         rows = {}
         for kernels in kernel_runs:
-            rows[kernels] = run(preset, kernels, args)
-            print(json.dumps(rows[kernels]), flush=True)
-            if cuda:
-                torch.cuda.empty_cache()
+            # each train.sdpa_backend value with our kernels; the baseline with the first
+            for sdpa in (
+                args.sdpa.split(",") if kernels == kernel_runs[0] else args.sdpa.split(",")[:1]
+            ):
+                row = run(preset, kernels, sdpa, args)
+                rows.setdefault(kernels, row)
+                print(json.dumps(row), flush=True)
+                if cuda:
+                    torch.cuda.empty_cache()
         if len(kernel_runs) == 2:
             ours, base = (rows[k] for k in kernel_runs)
             print(json.dumps({
