@@ -164,13 +164,17 @@ def run_launcher(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[i
 
 
 def last_error_line(stderr: str) -> str:
-    """The rank's own exception (not torchrun's ChildFailedError wrapper), a CLI error line or
-    the timeout; else the last line."""
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    """The rank's own exception (not torchrun's ChildFailedError wrapper), a CLI error line, the
+    signal or exit code from torchrun's root-cause block (a rank killed by the OOM killer leaves
+    no exception), or the timeout; else the last line that is not a rule of '=' or '-'."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip(" =-\t")]
     for line in reversed(lines):
         if "ChildFailedError" in line:
             continue
-        if "Error:" in line or "error:" in line or "timed out" in line:
+        if "Error:" in line or "error:" in line or "timed out" in line or "Signal " in line:
+            return line[:500]
+    for line in reversed(lines):
+        if line.startswith("exitcode"):  # torchrun: "exitcode  : 1 (pid: ...)"
             return line[:500]
     return lines[-1][:500] if lines else ""
 

@@ -212,6 +212,10 @@ def launch(run: str, args: argparse.Namespace, data_dir: Path) -> dict[str, obje
         result["hardware"] = f"1 x {result.pop('device')}"
     else:
         result["error"] = last_error_line(stderr) or f"exit code {code}"
+        result["exit_code"] = code
+        result["stderr_tail"] = [line for line in stderr.splitlines() if "Warning" not in line][
+            -25:
+        ]
     return result
 
 
