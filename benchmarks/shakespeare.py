@@ -13,11 +13,17 @@ set the eager step time (measured 30 ms of CPU for 14 ms of GPU per batch-128 st
 
 The clock starts before the trainer is built and includes every evaluation; steps past the budget
 are not run. One JSON line per run, then a summary.
+
+--corpus stdlib trains on the running Python's standard library source instead (every `*.py`
+outside test/ and installed packages, in path order, ~10 MB on 3.12; same 90/10 split): text this model does not
+memorize within the budget, where tinyshakespeare (1 MB, ~24 passes in 1500 steps) is overfit by
+every model here, so MoE capacity can show (BENCHMARKS.md, session 4).
 """
 
 import argparse
 import json
 import platform
+import sysconfig
 import tempfile
 import time
 from pathlib import Path
@@ -78,6 +84,18 @@ RUNS = {
         "model.ffn_dim": 256,
     },
 }
+
+
+def stdlib_text(out: Path) -> Path:
+    """The standard library's own source, concatenated in sorted path order, as one text file."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    skip = {"test", "site-packages", "dist-packages"}  # the test suite; installed packages
+    files = sorted(p for p in root.rglob("*.py") if not skip & set(p.relative_to(root).parts))
+    path = out / "stdlib.txt"
+    with path.open("wb") as f:
+        for file in files:
+            f.write(file.read_bytes())
+    return path
 
 
 def byte_tokenizer() -> Tokenizer:
@@ -147,7 +165,7 @@ def run(name: str, data_dir: Path, args: argparse.Namespace, run_dir: Path) -> d
     in_budget = [v for t, _, v in evals if t <= args.seconds]
     best = min(in_budget) if in_budget else float("nan")
     return {
-        "name": f"shakespeare_{name}_best_val_loss_{args.seconds:g}s",
+        "name": f"{args.corpus}_{name}_best_val_loss_{args.seconds:g}s",
         "ours": round(best, 4),
         "baseline": NANOGPT_BEST_VAL,
         "ratio": round(best / NANOGPT_BEST_VAL, 4),
@@ -168,6 +186,12 @@ def device_name(device: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=Path("../shared/data/tinyshakespeare.txt"))
+    parser.add_argument(
+        "--corpus",
+        default="shakespeare",
+        choices=("shakespeare", "stdlib"),
+        help="stdlib: this Python's standard library source instead of --data",
+    )
     parser.add_argument("--runs", default="dense,moe", help=f"comma list of {sorted(RUNS)}")
     parser.add_argument("--seconds", type=float, default=40.0)
     parser.add_argument("--steps", type=int, default=1500, help="schedule length (cosine)")
@@ -191,11 +215,12 @@ def main() -> None:
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("shakespeare.py: needs a CUDA device (the goal is set on an H200)")
-    if not args.data.is_file():
+    if args.corpus == "shakespeare" and not args.data.is_file():
         raise SystemExit(f"shakespeare.py: {args.data} not found (pass --data)")
     results = []
     with tempfile.TemporaryDirectory() as tmp:
-        data_dir = prepare(args.data, Path(tmp) / "data")
+        text = args.data if args.corpus == "shakespeare" else stdlib_text(Path(tmp))
+        data_dir = prepare(text, Path(tmp) / "data")
         for name in args.runs.split(","):
             result = run(name, data_dir, args, Path(tmp) / f"run-{name}")
             print(json.dumps(result), flush=True)
