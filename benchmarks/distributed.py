@@ -41,6 +41,7 @@ CONFIGS: dict[str, tuple[str | int, dict[str, object]]] = {
     "single_per_gpu": (1, {"parallel.backend": "single"}),  # train.batch_size = one rank's share
     "ddp": ("gpus", {"parallel.backend": "ddp"}),
     "fsdp2": ("gpus", {"parallel.backend": "fsdp2"}),
+    "fsdp2_one_unit": ("gpus", {"parallel.backend": "fsdp2", "parallel.fsdp_unit_blocks": 0}),
     "zero1": ("gpus", {"parallel.backend": "deepspeed", "parallel.zero_stage": 1}),
     "zero2": ("gpus", {"parallel.backend": "deepspeed", "parallel.zero_stage": 2}),
     "zero3": ("gpus", {"parallel.backend": "deepspeed", "parallel.zero_stage": 3}),

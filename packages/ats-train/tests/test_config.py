@@ -90,6 +90,11 @@ def test_unknown_key_in_a_file_suggests_the_nearest(tmp_path: Path) -> None:
         (["optim.schedule=linear"], "optim.schedule = 'linear' is not one of cosine, wsd"),
         (["parallel.backend=nccl"], "parallel.backend = 'nccl' is not one of single, ddp, fsdp2"),
         (["parallel.cpu_offload=true"], "parallel.cpu_offload = true needs parallel.backend = "),
+        (["parallel.fsdp_unit_blocks=4"], "parallel.fsdp_unit_blocks = 4 needs parallel.backend"),
+        (
+            ["parallel.backend=fsdp2", "parallel.fsdp_unit_blocks=-1"],
+            "parallel.fsdp_unit_blocks = -1 must be >= 0",
+        ),
         (["train.steps"], "not of the form key=value"),
         (["checkpoint.format=dcp"], "checkpoint.format = 'dcp' is not one of full, sharded"),
         (

@@ -190,6 +190,10 @@ class CheckpointSection:
 class ParallelSection:
     backend: str = "single"
     cpu_offload: bool = False  # fsdp2 only: parameters, gradients and optimizer state on the CPU
+    # fsdp2 only: consecutive blocks per fully_shard unit (one all-gather / reduce-scatter each);
+    # 0 = no block units, the whole model is the root's one unit. Fewer, larger units cost fewer
+    # hooks and collectives per step; smaller ones hold fewer gathered parameters at a time.
+    fsdp_unit_blocks: int = 1
     colossalai_plugin: str = "low_level_zero"  # colossalai only: LowLevelZero (ZeRO-2)
     # deepspeed only (backends/deepspeed_config.py turns these into DeepSpeed's JSON)
     zero_stage: int = 1  # 1: optimizer state, 2: + gradients, 3: + parameters sharded
@@ -203,6 +207,16 @@ class ParallelSection:
         _require(
             not self.cpu_offload or self.backend == "fsdp2",
             f"parallel.cpu_offload = true needs parallel.backend = 'fsdp2', not {self.backend!r}",
+        )
+        _require(
+            self.fsdp_unit_blocks >= 0,
+            f"parallel.fsdp_unit_blocks = {self.fsdp_unit_blocks} must be >= 0 "
+            "(blocks per FSDP2 unit; 0 = the whole model as one unit)",
+        )
+        _require(
+            self.fsdp_unit_blocks == 1 or self.backend == "fsdp2",
+            f"parallel.fsdp_unit_blocks = {self.fsdp_unit_blocks} needs parallel.backend = "
+            f"'fsdp2', not {self.backend!r}",
         )
         if self.colossalai_plugin in COLOSSALAI_PLUGINS_PLANNED:
             raise ConfigError(

@@ -62,12 +62,17 @@ def reference(overrides, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run_dir
 
 
-@pytest.mark.parametrize("backend", ["ddp", "fsdp2"])
+@pytest.mark.parametrize(
+    ("backend", "unit_blocks"),
+    [("ddp", 1), ("fsdp2", 1), ("fsdp2", 2), ("fsdp2", 0)],
+    ids=["ddp", "fsdp2", "fsdp2-2-blocks-per-unit", "fsdp2-one-unit"],
+)
 def test_two_ranks_reproduce_the_single_process_run(
-    backend: str, reference: Path, overrides, tmp_path: Path
+    backend: str, unit_blocks: int, reference: Path, overrides, tmp_path: Path
 ) -> None:
     """Global batch 4: single runs 4 micro-batches of 1, each rank 2 (accumulation + no_sync)."""
-    args = _args(overrides, tmp_path, parallel__backend=backend)
+    extra = {"parallel__fsdp_unit_blocks": unit_blocks} if backend == "fsdp2" else {}
+    args = _args(overrides, tmp_path, parallel__backend=backend, **extra)
     _ok(run_ats_train(args, nproc=2))
     want = train_losses(reference)
     got = train_losses(tmp_path)

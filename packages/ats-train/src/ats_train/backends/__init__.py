@@ -34,7 +34,7 @@ def build_backend(
     if parallel.backend == "fsdp2":
         from ats_train.backends.fsdp2 import FSDP2Backend
 
-        return FSDP2Backend(device, precision, parallel.cpu_offload)
+        return FSDP2Backend(device, precision, parallel.cpu_offload, parallel.fsdp_unit_blocks)
     if parallel.backend == "deepspeed":
         if config is None or config.parallel is not parallel:
             raise ValueError(
