@@ -103,9 +103,17 @@ class FSDP2Backend:
         step = self.unit_blocks or len(blocks) + 1  # 0: no block units, the root holds them all
         for start in range(0, len(blocks) if self.unit_blocks else 0, step):
             unit = blocks[start : start + step]
-            # a list of modules is one unit: one all-gather before the first, one reduce-scatter
-            fully_shard(unit if len(unit) > 1 else unit[0], **block_options)
-        fully_shard(model, **root_options)
+            # a list of modules is one unit: one all-gather before the first, one reduce-scatter.
+            # The last unit stays gathered after forward (torchtitan's choice): backward starts
+            # with it, so resharding would only all-gather it again at once.
+            last = start + step >= len(blocks)
+            fully_shard(
+                unit if len(unit) > 1 else unit[0],
+                reshard_after_forward=not last,
+                **block_options,
+            )
+        # the root (embeddings, final norm, LM head) likewise: the loss's backward needs it first
+        fully_shard(model, reshard_after_forward=False, **root_options)
         self._model = model
         # fully_shard replaced every parameter by a sharded DTensor parameter of the same name;
         # the optimizer (built before sharding, no state yet) is pointed at those.
