@@ -7,6 +7,7 @@ import json
 
 import pytest
 from ats_tokenizer import GPT2_PATTERN, GPT4_PATTERN, Tokenizer
+from ats_tokenizer.hf_json import TokenizerFileError
 from ats_tokenizer_inputs import oracle_text
 from hypothesis import given, settings
 from tokenizers import Regex, decoders, models, pre_tokenizers, trainers
@@ -134,13 +135,18 @@ REFUSALS = [
     (lambda d: d["model"]["merges"].append(["x", "q"]), "token 'xq' is not in model.vocab"),
     (lambda d: d["model"]["vocab"].pop("Ġ"), "byte 0x20"),
     (lambda d: d["model"]["vocab"].update({"\u4e00": 99999}), "ByteLevel|neither a byte"),
+    # a table BpeTable refuses: the error names the file too
+    (
+        lambda d: d["model"]["merges"].append(d["model"]["merges"][0]),
+        r"edited.json: merge \d+: merged id \d+ is already in use",
+    ),
 ]
 
 
 @pytest.mark.parametrize("edit,message", REFUSALS, ids=[m for _, m in REFUSALS])
 def test_unsupported_or_broken_fields_are_refused(hf_pair, tmp_path, edit, message):
     edited = _edit(hf_pair[2], tmp_path, edit)
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(TokenizerFileError, match=message):
         Tokenizer.load(edited)
 
 
@@ -149,13 +155,13 @@ def test_missing_and_corrupt_files(tmp_path):
         Tokenizer.load(tmp_path / "nope.json")
     corrupt = tmp_path / "corrupt.json"
     corrupt.write_text('{"model": {', encoding="utf-8")
-    with pytest.raises(ValueError, match="corrupt.json: not valid JSON"):
+    with pytest.raises(TokenizerFileError, match="corrupt.json: not valid JSON"):
         Tokenizer.load(corrupt)
     binary = tmp_path / "binary.json"
     binary.write_bytes(b"\xff\xfe\x00")
-    with pytest.raises(ValueError, match="not UTF-8"):
+    with pytest.raises(TokenizerFileError, match="not UTF-8"):
         Tokenizer.load(binary)
     other = tmp_path / "other.json"
     other.write_text("[1, 2]", encoding="utf-8")
-    with pytest.raises(ValueError, match="not a tokenizer.json"):
+    with pytest.raises(TokenizerFileError, match="not a tokenizer.json"):
         Tokenizer.load(other)

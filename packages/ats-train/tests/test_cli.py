@@ -93,6 +93,21 @@ def test_truncated_shard(prepared, overrides, tmp_path: Path, capsys) -> None:
     _one_line_error(capsys, code, str(shard), "truncated")
 
 
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [("not json", "not valid JSON"), ('{"model": {"type": "BPE"}}', "field ")],
+    ids=["not-json", "not-a-bpe-tokenizer"],
+)
+def test_malformed_tokenizer_file(
+    overrides, tmp_path: Path, capsys, text: str, needle: str
+) -> None:
+    """A user's file, so one line and exit 2; an internal ValueError would keep its traceback."""
+    bad = tmp_path / "tokenizer.json"
+    bad.write_text(text)
+    code = main(["--run-dir", str(tmp_path / "r"), *overrides(data__tokenizer=bad)])
+    _one_line_error(capsys, code, str(bad), needle)
+
+
 def _tree_digest(root: Path) -> dict[str, str]:
     return {
         str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()

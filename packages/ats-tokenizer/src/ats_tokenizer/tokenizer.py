@@ -16,6 +16,7 @@ from typing import Any
 from ats_tokenizer import chat, corpus, hf_json, tiktoken_export
 from ats_tokenizer.backend import Backend, build_encoder, choose_backend, default_threads
 from ats_tokenizer.bpe import BpeTable
+from ats_tokenizer.hf_json import TokenizerFileError
 from ats_tokenizer.pretokenize import GPT4_PATTERN, NAMED_PATTERNS, PreTokenizer, check_text
 from ats_tokenizer.special import SpecialMatcher, SpecialSpec, resolve_special
 from ats_tokenizer.stream import StreamDecoder
@@ -119,15 +120,24 @@ class Tokenizer:
         except FileNotFoundError:
             raise FileNotFoundError(f"tokenizer file {source!r} does not exist") from None
         except UnicodeDecodeError as err:
-            raise ValueError(f"{source}: not UTF-8 text (byte {err.start})") from None
+            raise TokenizerFileError(f"{source}: not UTF-8 text (byte {err.start})") from None
         try:
             data = json.loads(text)
         except json.JSONDecodeError as err:
-            raise ValueError(f"{source}: not valid JSON ({err})") from None
+            raise TokenizerFileError(f"{source}: not valid JSON ({err})") from None
         loaded = hf_json.from_hf_dict(data, source)
-        return cls(
-            loaded.byte_ids, loaded.merges, loaded.special_tokens, loaded.pattern, backend=backend
-        )
+        try:
+            return cls(
+                loaded.byte_ids,
+                loaded.merges,
+                loaded.special_tokens,
+                loaded.pattern,
+                backend=backend,
+            )
+        except TokenizerFileError:
+            raise
+        except ValueError as err:  # merges or special tokens that do not form a table
+            raise TokenizerFileError(f"{source}: {err}") from err
 
     def __reduce__(self) -> tuple[Any, ...]:
         args = (self._table.byte_ids, self._table.merges, self.special_tokens, self.pattern)

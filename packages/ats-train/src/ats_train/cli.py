@@ -21,11 +21,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ats_data.errors import DataError
+from ats_tokenizer.hf_json import TokenizerFileError
 
 from ats_train.checkpoint import CheckpointError
 from ats_train.config import ConfigError, load_config
 
-USER_ERRORS = (ConfigError, CheckpointError, DataError, OSError, ValueError)
+# what bad input raises (one line, exit 2); anything else is a bug and keeps its traceback
+USER_ERRORS = (ConfigError, CheckpointError, DataError, TokenizerFileError, OSError)
 
 
 def _train_parser() -> argparse.ArgumentParser:

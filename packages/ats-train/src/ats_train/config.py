@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ats_train.errors import ConfigError
 from ats_train.orchestrator.settings import FaultsSection, OrchestratorSection, PlanSection
 
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -36,10 +37,6 @@ KERNELS = ("auto", "reference", "triton", "cuda")
 # full: rank 0 writes the gathered optimizer state (resumes anywhere); sharded: every rank writes
 # its own shard (torch.distributed.checkpoint, or DeepSpeed's own ZeRO files): checkpoint_sharded.py
 CHECKPOINT_FORMATS = ("full", "sharded")
-
-
-class ConfigError(ValueError):
-    """A config file, override or value that cannot be used; the message names key and value."""
 
 
 def _require(ok: bool, message: str) -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ats_data import ShardDataset, prepare
+from ats_data.errors import DataError
 from ats_data.shards import INDEX_NAME
 from ats_data.sources import Source, open_source
 from ats_tokenizer import Tokenizer
@@ -104,7 +105,7 @@ def build_data(data: DataSection) -> TrainData:
     dataset = ShardDataset(shard_dir)
     tokenizer = Tokenizer.load(tokenizer_path)
     if tokenizer.sha256() != dataset.tokenizer_sha256:
-        raise ValueError(
+        raise DataError(
             f"tokenizer {tokenizer_path} (sha256 {tokenizer.sha256()[:12]}...) is not the one "
             f"{shard_dir} was prepared with (sha256 {dataset.tokenizer_sha256[:12]}...)"
         )

@@ -170,7 +170,7 @@ class DeepSpeedBackend:
 
     def load_state(self, state: dict[str, object]) -> None:
         if state["scaler"] is not None:
-            raise ValueError(
+            raise CheckpointError(
                 "checkpoint was written with a torch GradScaler (fp16 on single/ddp); "
                 "deepspeed keeps its own loss scaler"
             )
@@ -178,7 +178,7 @@ class DeepSpeedBackend:
         if saved is None:
             return
         if self.precision.name != "fp16":
-            raise ValueError(
+            raise CheckpointError(
                 f"checkpoint has an fp16 loss scaler; this run is {self.precision.name}"
             )
         scaler = self._zero.loss_scaler  # DynamicLossScaler: plain attributes
@@ -276,7 +276,7 @@ class DeepSpeedBackend:
 
         saved_groups = state["param_groups"]
         if len(saved_groups) != len(self._group_names):
-            raise ValueError(
+            raise CheckpointError(
                 f"optimizer state has {len(saved_groups)} parameter groups, this run has "
                 f"{len(self._group_names)}"
             )
@@ -284,7 +284,7 @@ class DeepSpeedBackend:
             self._zero.param_groups, saved_groups, self._group_names, strict=True
         ):
             if len(saved["params"]) != len(names):
-                raise ValueError(
+                raise CheckpointError(
                     f"optimizer state group has {len(saved['params'])} parameters, this run "
                     f"{len(names)}"
                 )
@@ -294,7 +294,7 @@ class DeepSpeedBackend:
             return  # saved before the first step
         steps = {int(entry["step"]) for entry in state["state"].values()}
         if len(steps) != 1:
-            raise ValueError(f"optimizer state holds different step counts {sorted(steps)}")
+            raise CheckpointError(f"optimizer state holds different step counts {sorted(steps)}")
         self._materialize_adam_state(steps.pop())
         for i, p in enumerate(self._ordered_params()):
             for key in ADAM_MOMENTS:

@@ -48,6 +48,7 @@ from ats_train.backends.process_group import (
     join_process_group,
     leave_process_group,
 )
+from ats_train.checkpoint import CheckpointError
 from ats_train.checkpoint_sharded import DCP_DIR
 from ats_train.config import ConfigError
 from ats_train.model_state import read_model_state
@@ -63,7 +64,7 @@ class FSDP2Backend:
         self, device: torch.device, precision: Precision, cpu_offload: bool, unit_blocks: int = 1
     ) -> None:
         if precision.scaler is not None:
-            raise ValueError(
+            raise ConfigError(
                 "parallel.backend = 'fsdp2' with train.precision = 'fp16' is not supported: "
                 "use bf16 (MixedPrecisionPolicy) or fp32"
             )
@@ -148,7 +149,7 @@ class FSDP2Backend:
 
     def load_state(self, state: dict[str, object]) -> None:
         if state["scaler"] is not None:
-            raise ValueError(
+            raise CheckpointError(
                 "checkpoint was written with an fp16 loss scaler; fsdp2 runs fp32 or bf16"
             )
 

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from ats_train.backends.optimizer_dcp import load_optimizer_dcp, save_optimizer_dcp
+from ats_train.checkpoint import CheckpointError
 from ats_train.checkpoint_sharded import DCP_DIR
 from ats_train.model_state import read_model_state
 from ats_train.precision import Precision
@@ -71,7 +72,7 @@ class SingleBackend:
         scaler = self.precision.scaler
         saved = state["scaler"]
         if (scaler is None) != (saved is None):
-            raise ValueError(
+            raise CheckpointError(
                 f"checkpoint was written {'with' if saved is not None else 'without'} an fp16 loss "
                 f"scaler; this run uses precision {self.precision.name!r}"
             )

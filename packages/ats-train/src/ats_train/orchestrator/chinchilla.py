@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ats_train.errors import ConfigError
+
 TOKENS_PER_PARAM = 20.0
 APPROACH1_G = 0.0909  # N_opt = G * sqrt(C), fitted to Table 3 (see the module docstring)
 # approach 3 parametric fit (paper section 3.3)
@@ -119,8 +121,10 @@ def run_steps(
         tokens = token_budget(active_params, tokens_per_param)
     elif steps_from == "flops":
         if flops is None:
-            raise ValueError("plan.steps_from = 'flops' needs plan.flops")
+            raise ConfigError("plan.steps_from = 'flops' needs plan.flops")
         tokens = flops / flops_per_token
     else:
-        raise ValueError(f"plan.steps_from = {steps_from!r} is not config, tokens_per_param, flops")
+        raise ConfigError(
+            f"plan.steps_from = {steps_from!r} is not config, tokens_per_param, flops"
+        )
     return steps_for_tokens(tokens, batch_size, seq_len)

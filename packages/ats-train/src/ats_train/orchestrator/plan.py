@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ats_train.errors import ConfigError
 from ats_train.orchestrator.chinchilla import (
     TOKENS_PER_PARAM,
     compute_optimal,
@@ -29,19 +30,21 @@ def plan_parser() -> argparse.ArgumentParser:
 
 def plan_report(args: argparse.Namespace) -> list[str]:
     if not args.flops > 0:
-        raise ValueError(f"--flops = {args.flops} must be > 0")
+        raise ConfigError(f"--flops = {args.flops} must be > 0")
     if args.seq_len < 1 or args.batch_size < 1:
-        raise ValueError("--seq-len and --batch-size must be >= 1")
+        raise ConfigError("--seq-len and --batch-size must be >= 1")
     lines = describe(compute_optimal(args.flops, args.law))
     if args.preset is None:
         return lines
     from ats_model import count_params, flops_per_token, presets
 
     if args.preset not in presets.names():
-        raise ValueError(f"--preset {args.preset!r} is not a preset ({', '.join(presets.names())})")
+        raise ConfigError(
+            f"--preset {args.preset!r} is not a preset ({', '.join(presets.names())})"
+        )
     config = presets.get(args.preset)
     if args.seq_len > config.max_seq_len:
-        raise ValueError(f"--seq-len {args.seq_len} exceeds {args.preset}'s max_seq_len")
+        raise ConfigError(f"--seq-len {args.seq_len} exceeds {args.preset}'s max_seq_len")
     total, active = count_params(config)
     per_token = flops_per_token(config, args.seq_len)
     tokens = args.flops / per_token

@@ -10,7 +10,7 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ats_train.checkpoint import load_tree
+from ats_train.checkpoint import CheckpointError, load_tree
 
 if TYPE_CHECKING:
     from ats_train.config import TrainConfig
@@ -33,6 +33,6 @@ def with_saved_settings(config: TrainConfig, checkpoint: Path | None) -> TrainCo
             continue
         target = getattr(run, section)
         if name not in {f.name for f in dataclasses.fields(target)}:
-            raise ValueError(f"{checkpoint}: orchestrator setting {key!r} is not a config key")
+            raise CheckpointError(f"{checkpoint}: orchestrator setting {key!r} is not a config key")
         setattr(target, name, value)
     return run

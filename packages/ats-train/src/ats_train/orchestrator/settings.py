@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
+from ats_train.errors import ConfigError
+
 MODES = ("act", "advise", "off")
 STEPS_FROM = ("config", "tokens_per_param", "flops")
 LAWS = ("approach1", "parametric")
@@ -15,7 +17,7 @@ LAWS = ("approach1", "parametric")
 
 def _check(ok: bool, message: str) -> None:
     if not ok:
-        raise ValueError(message)
+        raise ConfigError(message)
 
 
 @dataclass
