@@ -5,7 +5,10 @@ best val loss of 1.4697; our goal is <= 1.47 within 40 s of wall time, compile i
 of equal active size reaching a lower val loss in the same time. Data split as nanoGPT does: the
 first 90% of the file trains, the last 10% validates. Bytes are the tokens (vocab 256 + EOS).
 
-    python benchmarks/shakespeare.py --data ../shared/data/tinyshakespeare.txt --runs dense,moe
+    python benchmarks/shakespeare.py --data ../shared/data/tinyshakespeare.txt --runs dense,moe_fine8
+
+The default MoE is moe_fine8 (4 of 8 experts a quarter as wide), the best equal-active variant
+measured here (BENCHMARKS.md, session 4).
 
 Defaults are nanoGPT's optimizer settings (batch 64, lr 1e-3, betas (0.9, 0.99), warmup 100) on
 1500 cosine steps, with train.cuda_graphs: at this size the CPU's kernel launches, not the GPU,
@@ -192,7 +195,7 @@ def main() -> None:
         choices=("shakespeare", "stdlib"),
         help="stdlib: this Python's standard library source instead of --data",
     )
-    parser.add_argument("--runs", default="dense,moe", help=f"comma list of {sorted(RUNS)}")
+    parser.add_argument("--runs", default="dense,moe_fine8", help=f"comma list of {sorted(RUNS)}")
     parser.add_argument("--seconds", type=float, default=40.0)
     parser.add_argument("--steps", type=int, default=1500, help="schedule length (cosine)")
     parser.add_argument("--batch-size", type=int, default=64)
