@@ -118,10 +118,15 @@ def priority(name: str) -> tuple[SDPBackend, ...]:
 
 
 def time_backend(
-    name: str, shape: AttentionShape, device: torch.device, reps: int = 10, rounds: int = 3
+    name: str,
+    shape: AttentionShape,
+    device: torch.device,
+    reps: int = 10,
+    rounds: int = 3,
+    warmup: int = 3,
 ) -> float | None:
     """Milliseconds per forward + backward of the run's attention call under backend `name` alone
-    (the best of `rounds` rounds of `reps` calls, after 3 warm-up calls: cuDNN builds its plans in
+    (the best of `rounds` rounds of `reps` calls, after `warmup` calls: cuDNN builds its plans in
     the first ones), or None when that backend cannot run it here."""
     generator = torch.Generator(device).manual_seed(0)  # the run's RNG streams are not touched
 
@@ -148,14 +153,14 @@ def time_backend(
     with sdpa_kernel([BACKENDS[name]]), warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         try:
-            step()  # the first call is where an unsupported shape, dtype or device raises
+            step()  # the first warm-up call: where an unsupported shape, dtype or device raises
         except torch.OutOfMemoryError:
             raise
         except RuntimeError:
             # "No available kernel" (CUDA) / "No viable backend" (CPU): with one backend enabled,
             # the dispatcher's refusal is the answer to "can it run this call"
             return None
-        for _ in range(2 if reps > 1 else 0):
+        for _ in range(warmup - 1):
             step()
         best = float("inf")
         for _ in range(rounds):
@@ -191,7 +196,7 @@ def choose_attention_backend(
     if setting == "default" or (setting == "auto" and device.type != "cuda"):
         return AttentionBackend(None, {})
     if setting != "auto":
-        ms = time_backend(setting, shape, device, reps=1, rounds=1)
+        ms = time_backend(setting, shape, device, reps=1, rounds=1, warmup=1)
         if ms is None:
             raise ConfigError(
                 f"train.sdpa_backend = {setting!r} cannot run this run's attention on {device} "

@@ -91,13 +91,20 @@ def _to_host(
     where a float() per aux loss and a .cpu() per statistic waited on the device ~7 times)."""
     parts = [loss_sum.reshape(1), *(v.reshape(1) for v in aux_sums.values())]
     parts += [v.reshape(-1) for v in stats_sums.values()]
-    host = (torch.cat(parts) / n_micro).cpu()
-    scalars, rest = host[: 1 + len(aux_sums)].tolist(), host[1 + len(aux_sums) :]
+    return _unpack((torch.cat(parts) / n_micro).cpu(), list(aux_sums), stats_sums)
+
+
+def _unpack(
+    values: torch.Tensor, aux_names: list[str], stats_like: dict[str, torch.Tensor]
+) -> StepOutput:
+    """[loss, *aux, *flattened stats] (a CPU float64 vector) -> a StepOutput whose statistics take
+    the names and shapes of stats_like."""
+    scalars, rest = values[: 1 + len(aux_names)].tolist(), values[1 + len(aux_names) :]
     stats = {}
-    for name, value in stats_sums.items():
-        stats[name], rest = rest[: value.numel()].reshape(value.shape), rest[value.numel() :]
+    for name, like in stats_like.items():
+        stats[name], rest = rest[: like.numel()].reshape(like.shape), rest[like.numel() :]
     return StepOutput(
-        loss=scalars[0], aux=dict(zip(aux_sums, scalars[1:], strict=True)), stats=stats
+        loss=scalars[0], aux=dict(zip(aux_names, scalars[1:], strict=True)), stats=stats
     )
 
 
@@ -195,13 +202,7 @@ class Trainer:
         parts = [torch.tensor([out.loss, *out.aux.values()], dtype=torch.float64)]
         parts += [v.to(torch.float64).reshape(-1) for v in out.stats.values()]
         mean = self.backend.all_reduce_mean_tensor(torch.cat(parts))
-        scalars, rest = mean[: 1 + len(out.aux)].tolist(), mean[1 + len(out.aux) :]
-        stats = {}
-        for name, value in out.stats.items():
-            stats[name], rest = rest[: value.numel()].reshape(value.shape), rest[value.numel() :]
-        return StepOutput(
-            loss=scalars[0], aux=dict(zip(out.aux, scalars[1:], strict=True)), stats=stats
-        )
+        return _unpack(mean, list(out.aux), out.stats)
 
     def forward_backward(self, x: torch.Tensor, y: torch.Tensor) -> StepOutput:
         """Backpropagate one rank's batch in micro-batches; gradients sum to the batch mean.

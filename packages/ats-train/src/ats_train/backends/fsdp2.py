@@ -3,8 +3,11 @@ sharded over ranks, torchtitan's layout: each transformer block is one all-gathe
 unit, then the root (embeddings, final norm, LM head). parallel.fsdp_unit_blocks = N groups N
 consecutive blocks into one unit (0: the root's one unit holds everything): each unit costs hooks
 and collectives in forward and backward, which on a small model outweigh the memory a smaller unit
-saves (a 2-rank gloo run of tiny-dense: 1.5x the steps/s with one unit instead of one per block). A block returns its MoE / MoD records with
-its output, so FSDP2 hooks their aux-loss tensors like the hidden state and none is lost.
+saves (2 gloo ranks, tiny-dense: 1.4x the tokens/s with one unit; `benchmarks/distributed.py
+--device cpu --preset tiny-dense --seq-len 64 --vocab-size 0 --batch-size 4 --micro-batch-size 2
+--only fsdp2,fsdp2_one_unit`). The last block unit and the root stay gathered after forward
+(torchtitan's choice): backward starts with them. A block returns its MoE / MoD records with its
+output, so FSDP2 hooks their aux-loss tensors like the hidden state and none is lost.
 
 MoE experts stay inside their block's unit: every expert of a block runs on every micro-batch (the
 router spreads tokens over all of them), so a separate expert unit would be all-gathered at the same
@@ -100,20 +103,15 @@ class FSDP2Backend:
             )
         if self.cpu_offload:
             root_options["offload_policy"] = block_options["offload_policy"] = CPUOffloadPolicy()
-        blocks = list(model.layers)
-        step = self.unit_blocks or len(blocks) + 1  # 0: no block units, the root holds them all
-        for start in range(0, len(blocks) if self.unit_blocks else 0, step):
-            unit = blocks[start : start + step]
-            # a list of modules is one unit: one all-gather before the first, one reduce-scatter.
-            # The last unit stays gathered after forward (torchtitan's choice): backward starts
-            # with it, so resharding would only all-gather it again at once.
-            last = start + step >= len(blocks)
+        blocks, n = list(model.layers), self.unit_blocks
+        units = [blocks[i : i + n] for i in range(0, len(blocks), n)] if n else []  # 0: root only
+        for i, unit in enumerate(units):
+            # a list of modules is one unit: one all-gather before the first, one reduce-scatter
             fully_shard(
                 unit if len(unit) > 1 else unit[0],
-                reshard_after_forward=not last,
+                reshard_after_forward=i < len(units) - 1,
                 **block_options,
             )
-        # the root (embeddings, final norm, LM head) likewise: the loss's backward needs it first
         fully_shard(model, reshard_after_forward=False, **root_options)
         self._model = model
         # fully_shard replaced every parameter by a sharded DTensor parameter of the same name;
