@@ -11,7 +11,9 @@ GPUs, two scaling efficiencies, tokens/s / (n_gpus x one GPU's tokens/s):
 - same_global_batch_efficiency (strong scaling): against `single`, one GPU running the whole global
   batch with accumulation, so it pays one optimizer step per --batch-size sequences where each rank
   pays one per its share. `single` is also the loss reference (same global batch and seed).
---compile adds train.compile (torch.compile per block) to every configuration.
+--compile adds train.compile (torch.compile per block) to every configuration; --set KEY=VALUE any
+other ats-train override (`--set profile.steps=3 --set profile.start=15` writes a torch.profiler
+summary per rank to --out/<name>/profile/rank-R/summary.txt).
 
     PYTHONPATH=$(ls -d packages/*/src | paste -sd:) \\
         python3 benchmarks/distributed.py --data tinyshakespeare.txt --out /tmp/dist --gpus 2
@@ -116,7 +118,7 @@ def overrides_for(
         values["model.vocab_size"] = args.vocab_size
     if "nvme" in name:
         values["parallel.nvme_path"] = nvme
-    return [f"{k}={v}" for k, v in values.items()]
+    return [f"{k}={v}" for k, v in values.items()] + args.set
 
 
 def launch(name: str, args: argparse.Namespace, data_dir: Path, run_dir: Path) -> tuple[int, str]:
@@ -272,6 +274,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--kernels", default="auto")
     parser.add_argument("--compile", action="store_true", help="train.compile for every run")
     parser.add_argument("--device", default="cuda", help="cpu: a gloo smoke run of the plumbing")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an extra ats-train override for every run, e.g. profile.steps=3 (repeatable)",
+    )
     parser.add_argument(
         "--nvme-dir", default=None, help="local disk for NVMe offload (default: TMP)"
     )

@@ -10,6 +10,7 @@ torch.cuda.synchronize calls. MFU = tokens/s x ats_model.flops_per_token (6 x ac
 
 GPU: PYTHONPATH=$(ls -d $PWD/packages/*/src | tr '\\n' ':') python3 benchmarks/mfu.py
 CPU smoke: uv run --no-sync python benchmarks/mfu.py --device cpu --preset tiny-dense --steps 3
+--profile DIR traces 3 more steps per run (ats_train.profiling: DIR/<run>/summary.txt, trace).
 Prints one JSON line per (preset, kernels) run, then one comparison line per preset:
   {"name", "ours", "baseline", "ratio", "hardware", "mfu", ...} (ours = auto, baseline = reference).
 """
@@ -17,6 +18,7 @@ Prints one JSON line per (preset, kernels) run, then one comparison line per pre
 import argparse
 import json
 import time
+from pathlib import Path
 
 import torch
 from ats_model import build_model, count_params, flops_per_token, presets
@@ -28,6 +30,7 @@ from ats_train.model import build_model_config
 from ats_train.optim import build_optimizer
 from ats_train.parallelize import parallelize
 from ats_train.precision import build_precision
+from ats_train.profiling import StepProfiler
 from torch._dynamo.utils import counters
 
 LOSS_WEIGHTS = ("moe_lb", "moe_z", "mod_predictor")
@@ -96,6 +99,12 @@ def run(preset: str, kernels: str, sdpa: str, args: argparse.Namespace) -> dict:
         loss = step()
     sync(device)
     step_s = (time.perf_counter() - t0) / args.steps
+    if args.profile:  # after the timing, so the profiler's overhead stays out of it
+        profiler = StepProfiler(0, 3, args.profile / f"{preset}_{kernels}_sdpa_{sdpa}", device)
+        profiler.before_step(0)
+        for _ in range(3):
+            step()
+        profiler.after_step(3)
     tokens_per_s = train.batch_size * train.seq_len / step_s
     fpt = flops_per_token(model_config, train.seq_len)
     peak = peak_flops(device, train.precision)
@@ -131,6 +140,9 @@ def main() -> None:
         "--sdpa", default="auto", help="train.sdpa_backend, comma list: one row per value (ours)"
     )
     parser.add_argument("--precision", default="bf16", choices=("bf16", "fp32"))
+    parser.add_argument(
+        "--profile", type=Path, default=None, help="also trace 3 steps per run into this dir"
+    )
     parser.add_argument("--no-compile", dest="compile", action="store_false", default=None)
     args = parser.parse_args()
     cuda = args.device == "cuda"

@@ -250,6 +250,18 @@ class ParallelSection:
 
 
 @dataclass
+class ProfileSection:
+    # torch.profiler over `steps` training steps on every rank, after `start` steps (compile and
+    # warm-up stay out); RUN_DIR/profile/rank-R/{trace.json.gz, summary.txt} (profiling.py)
+    steps: int = 0  # 0 = off
+    start: int = 5
+
+    def __post_init__(self) -> None:
+        _require(self.steps >= 0, f"profile.steps = {self.steps} must be >= 0 (0 = off)")
+        _require(self.start >= 0, f"profile.start = {self.start} must be >= 0")
+
+
+@dataclass
 class TrainConfig:
     model: ModelSection = field(default_factory=ModelSection)
     data: DataSection = field(default_factory=DataSection)
@@ -261,6 +273,7 @@ class TrainConfig:
     orchestrator: OrchestratorSection = field(default_factory=OrchestratorSection)
     faults: FaultsSection = field(default_factory=FaultsSection)
     plan: PlanSection = field(default_factory=PlanSection)
+    profile: ProfileSection = field(default_factory=ProfileSection)
     kernels: str = "auto"  # ats_kernels.select(): chosen once when the model is built
 
     def __post_init__(self) -> None:

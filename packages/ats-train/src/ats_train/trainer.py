@@ -68,6 +68,7 @@ from ats_train.orchestrator.resume import with_saved_settings
 from ats_train.orchestrator.settings import FaultsSection
 from ats_train.parallelize import parallelize
 from ats_train.precision import Precision, build_precision
+from ats_train.profiling import StepProfiler
 
 STATE_VERSION = 2  # 2: the run's attention backend
 
@@ -129,12 +130,16 @@ class Trainer:
     faults: Faults = field(default_factory=lambda: Faults(FaultsSection()))
     graphed: GraphedLoss | None = None  # train.cuda_graphs: forward + backward from CUDA graphs
     attention: AttentionBackend = field(default_factory=lambda: AttentionBackend(None, {}))
+    profiler: StepProfiler = field(default_factory=StepProfiler.disabled)  # profile.steps
 
     # ---- the loop ------------------------------------------------------------------------------
     def train(self) -> None:
         train = self.config.train
         while self.step < train.steps and not self.orchestrator.stop_requested:
-            if self.train_step().get("rolled_back"):  # back at a checkpointed step
+            self.profiler.before_step(self.step)
+            record = self.train_step()
+            self.profiler.after_step(self.step)
+            if record.get("rolled_back"):  # back at a checkpointed step
                 continue
             # read every step: the orchestrator may change the cadence or stop the run
             running = self.step < train.steps and not self.orchestrator.stop_requested
@@ -576,6 +581,12 @@ def build_trainer(config: TrainConfig, run_dir: Path) -> Trainer:
         peak_flops=peak_flops(device, train.precision),
     )
     trainer.attention = attention
+    trainer.profiler = StepProfiler(
+        config.profile.start,
+        config.profile.steps,
+        run_dir / "profile" / f"rank-{backend.rank}",
+        device,
+    )
     trainer.orchestrator = Orchestrator(
         config.orchestrator,
         run_dir if backend.is_main else None,
