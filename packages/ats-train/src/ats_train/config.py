@@ -188,7 +188,7 @@ class ParallelSection:
     backend: str = "single"
     cpu_offload: bool = False  # fsdp2 only: parameters, gradients and optimizer state on the CPU
     # fsdp2 only: consecutive blocks per fully_shard unit (one all-gather / reduce-scatter each);
-    # 0 = no block units, the whole model is the root's one unit. Fewer, larger units cost fewer
+    # 0 = all blocks in one unit (then the root: embeddings, final norm, head). Fewer, larger units cost fewer
     # hooks and collectives per step; smaller ones hold fewer gathered parameters at a time.
     fsdp_unit_blocks: int = 1
     colossalai_plugin: str = "low_level_zero"  # colossalai only: LowLevelZero (ZeRO-2)
@@ -208,7 +208,7 @@ class ParallelSection:
         _require(
             self.fsdp_unit_blocks >= 0,
             f"parallel.fsdp_unit_blocks = {self.fsdp_unit_blocks} must be >= 0 "
-            "(blocks per FSDP2 unit; 0 = the whole model as one unit)",
+            "(blocks per FSDP2 unit; 0 = all blocks in one unit)",
         )
         _require(
             self.fsdp_unit_blocks == 1 or self.backend == "fsdp2",

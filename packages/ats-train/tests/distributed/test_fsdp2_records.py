@@ -34,3 +34,15 @@ def test_sharded_blocks_return_every_record(mode: str, tmp_path: Path) -> None:
         assert sharded["stats_rows"] == reference["stats_rows"]
         assert reference["stats_rows"]["moe/entropy"] == result["n_moe_layers"]
         assert step["grad_diff"] < GRAD_ATOL
+
+
+def test_optimizer_step_on_unsharded_parameters_raises(tmp_path: Path) -> None:
+    """The optimizer holds FSDP2's sharded parameters; stepping while a unit's unsharded ones are
+    on the module (its post-backward never ran) would update nothing. On torch 2.11 + CUDA a
+    root-only model did exactly that and trained nothing for 50 steps; now it is an error."""
+    out = tmp_path / "step.json"
+    proc = launch([str(RUNNER.with_name("fsdp2_unsharded_step_runner.py")), str(out)], nproc=2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    error = json.loads(out.read_text())["error"]
+    assert error is not None and "still unsharded at the optimizer step" in error
+    assert "tok_embeddings.weight" in error

@@ -1,7 +1,7 @@
 """`fsdp2`: torch.distributed.fsdp.fully_shard (FSDP2): parameters, gradients and optimizer state
 sharded over ranks, torchtitan's layout: each transformer block is one all-gather / reduce-scatter
 unit, then the root (embeddings, final norm, LM head). parallel.fsdp_unit_blocks = N groups N
-consecutive blocks into one unit (0: the root's one unit holds everything): each unit costs hooks
+consecutive blocks into one unit (0: all blocks in one unit, then the root): each unit costs hooks
 and collectives in forward and backward, which on a small model outweigh the memory a smaller unit
 saves (2 gloo ranks, tiny-dense: 1.4x the tokens/s with one unit; `benchmarks/distributed.py
 --device cpu --preset tiny-dense --seq-len 64 --vocab-size 0 --batch-size 4 --micro-batch-size 2
@@ -103,8 +103,12 @@ class FSDP2Backend:
             )
         if self.cpu_offload:
             root_options["offload_policy"] = block_options["offload_policy"] = CPUOffloadPolicy()
-        blocks, n = list(model.layers), self.unit_blocks
-        units = [blocks[i : i + n] for i in range(0, len(blocks), n)] if n else []  # 0: root only
+        # 0: every block in one unit. Not the root alone: on torch 2.11 a root-only FSDP2 model
+        # on CUDA kept its unsharded parameters after backward, so the optimizer's sharded ones
+        # never got a gradient and nothing trained (the loss sat at ln V for 50 steps on 2 H200s)
+        blocks = list(model.layers)
+        n = self.unit_blocks or len(blocks)
+        units = [blocks[i : i + n] for i in range(0, len(blocks), n)]
         for i, unit in enumerate(units):
             # a list of modules is one unit: one all-gather before the first, one reduce-scatter
             fully_shard(
@@ -130,6 +134,14 @@ class FSDP2Backend:
 
     def step(self, optimizer: torch.optim.Optimizer, grad_clip: float) -> tuple[float, bool]:
         params = [p for p in self._model.parameters() if p.requires_grad]
+        unsharded = [n for n, p in self._model.named_parameters() if not isinstance(p, DTensor)]
+        if unsharded:
+            # the optimizer holds the sharded DTensors: a step now would update none of these
+            raise RuntimeError(
+                f"fsdp2: {len(unsharded)} parameters are still unsharded at the optimizer step "
+                f"(first: {unsharded[0]}); FSDP2's post-backward did not run for their unit, so "
+                "their gradients never reached the optimizer's sharded parameters"
+            )
         max_norm = grad_clip if grad_clip > 0 else math.inf
         norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
         if isinstance(norm, DTensor):
