@@ -1,5 +1,6 @@
 """Offload that matters: a 9.42B model (preset 10b-dense) trained on ONE GPU with DeepSpeed ZeRO-3,
-parameters and optimizer state offloaded to CPU RAM, or the optimizer state to NVMe.
+parameters and optimizer state offloaded to CPU RAM, the optimizer state to NVMe, or the
+parameters to NVMe.
 
 Mixed-precision AdamW keeps about 16 bytes per parameter P (Rajbhandari et al. 2020, ZeRO sec. 3):
 bf16 weights 2P + bf16 gradients 2P + fp32 master weights 4P + Adam m 4P + Adam v 4P. For 9.42B
@@ -8,11 +9,17 @@ first prints that arithmetic and, per run, what stays in host RAM and on disk wi
 ZeRO-3 layout (offloaded gradients sit in a host buffer of grad_accum_dtype, which defaults to the
 model's bf16: 2P):
 
-    cpu   params (2P), grads (2P), fp32 master + Adam m, v (12P) in host RAM   = 16P host
-    nvme  params (2P), grads (2P) in host RAM; master + m + v (12P) on NVMe    =  4P host, 12P disk
+    cpu         params (2P), grads (2P), master + Adam m, v (12P) in host RAM    = 16P host
+    nvme        params (2P), grads (2P) in host RAM; master + m + v (12P) and the
+                fp32 gradient partitions (4P) on NVMe                          =  4P host, 16P disk
+    param_nvme  grads (2P), master + m + v (12P) in host RAM; params (2P) on NVMe = 14P host, 2P disk
 
-For 9.42B: cpu needs ~140 GiB of host RAM (the 2-GPU box's 256 GiB, not the 1-GPU box's 128),
-nvme ~35 GiB of RAM and ~105 GiB of local disk.
+DeepSpeed's optimizer swapper writes each sub-group's fp32 gradients beside its state
+(`<id>_gradient_<offset>_<length>.tensor.swp`, runtime/swap_tensor/optimizer_utils.py), so `nvme`
+needs 16P of disk, not 12P: 151 GB for 9.42B, more than either H200 box's disk (64 / 128 GiB);
+its first attempt (session 4) died after 463 s. For 9.42B: cpu needs ~140 GiB of host RAM by this
+arithmetic (231.5 GiB measured: pinned staging and fp32 gradient copies), param_nvme ~123 GiB and
+~18 GiB of local disk.
 
 A run whose host-RAM estimate exceeds --host-budget-gib (default 110: the 1-GPU box has 128 GiB)
 or whose disk estimate exceeds the free space under --nvme is skipped with the numbers, not
@@ -42,8 +49,11 @@ from distributed import last_error_line, prepare_data, run_launcher  # noqa: E40
 GIB = 2**30
 H200_HBM_BYTES = 141e9  # NVIDIA's figure (141 GB, decimal)
 # bytes per parameter held where, per run (see the docstring)
-HOST_BYTES = {"cpu": 2 + 2 + 12, "nvme": 2 + 2}
-DISK_BYTES = {"cpu": 0, "nvme": 12}
+HOST_BYTES = {"cpu": 2 + 2 + 12, "nvme": 2 + 2, "param_nvme": 2 + 12}
+DISK_BYTES = {"cpu": 0, "nvme": 12 + 4, "param_nvme": 2}
+# param_nvme swaps whole parameters through pinned buffers, each at least the largest parameter
+# (10b-dense: the 32000 x 4096 embedding and head, 131M elements)
+PARAM_SWAP_BUFFER_NUMEL = 150_000_000
 HOST_OVERHEAD_GIB = 8  # CUDA context, Python, data, pinned swap buffers (a rough allowance)
 
 
@@ -70,7 +80,8 @@ def arithmetic(params: int) -> dict[str, object]:
 
 
 def ds_config(run: str, nvme_path: Path | None) -> dict[str, object]:
-    """ZeRO-3 with parameters on the CPU; the optimizer on the CPU (cpu) or NVMe (nvme).
+    """ZeRO-3 with parameters on the CPU and the optimizer on the CPU (cpu) or NVMe (nvme), or
+    parameters on NVMe and the optimizer on the CPU (param_nvme).
     Batch keys stay "auto": ats-train fills them from train.*."""
     zero: dict[str, object] = {
         "stage": 3,
@@ -86,6 +97,21 @@ def ds_config(run: str, nvme_path: Path | None) -> dict[str, object]:
         # optimizer sub-groups are swapped whole: 1e8 elements keeps the pinned swap buffers
         # at a few GB instead of DeepSpeed's default 1e9-element groups (16 GB each, fp32 x 4)
         zero["sub_group_size"] = 100_000_000
+    if run == "param_nvme":
+        zero["offload_param"] = {
+            "device": "nvme",
+            "nvme_path": str(nvme_path),
+            "pin_memory": True,
+            # one buffer per live parameter: DeepSpeed's default 5 ran out in the first forward
+            # ("Not enough buffers 0 for swapping 1"); a block holds 9 parameters
+            "buffer_count": 32,
+            "buffer_size": PARAM_SWAP_BUFFER_NUMEL,
+        }
+        zero["stage3_max_live_parameters"] = 300_000_000  # ~1.4 blocks of 10b-dense gathered
+        # no prefetch: with 32 buffers the forward ran and the backward's NVMe prefetch failed
+        # ("param 368 already assigned swap buffer id 23", DeepSpeed 0.19.8 on the H200; the
+        # prefetch path also fails in deepspeedai/Megatron-DeepSpeed#196, DeepSpeed#3062)
+        zero["stage3_prefetch_bucket_size"] = 0
     return {
         "train_batch_size": "auto",
         "train_micro_batch_size_per_gpu": "auto",
@@ -130,6 +156,14 @@ def worker(run_dir: Path, steps: int, overrides: list[str]) -> int:
 
 
 # ---- the driver -------------------------------------------------------------------------------
+def rank_traceback(stderr: str, keep: int = 30) -> list[str]:
+    """The last `keep` lines the rank itself wrote (torchrun prefixes them "[rank0]:"): its
+    traceback, not torchrun's failure banner; every non-warning line if none is prefixed."""
+    lines = [line for line in stderr.splitlines() if "Warning" not in line]
+    ranked = [line for line in lines if line.startswith("[rank")]
+    return (ranked or lines)[-keep:]
+
+
 def mem_available_gib() -> float:
     for line in Path("/proc/meminfo").read_text().splitlines():
         if line.startswith("MemAvailable:"):
@@ -147,7 +181,7 @@ def refuse_reason(run: str, params: int, args: argparse.Namespace) -> str | None
         )
     if host > mem_available_gib():
         return f"needs ~{host:.0f} GiB host RAM, MemAvailable is {mem_available_gib():.0f} GiB"
-    if run == "nvme":
+    if DISK_BYTES[run]:
         if args.nvme is None:
             return "needs --nvme DIR (a directory on local NVMe)"
         disk = DISK_BYTES[run] * params / GIB
@@ -161,7 +195,7 @@ def launch(run: str, args: argparse.Namespace, data_dir: Path) -> dict[str, obje
     run_dir = args.out / run
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
-    nvme = Path(tempfile.mkdtemp(prefix="ats-offload-", dir=args.nvme)) if run == "nvme" else None
+    nvme = Path(tempfile.mkdtemp(prefix="ats-offload-", dir=args.nvme)) if DISK_BYTES[run] else None
     config_path = run_dir / "deepspeed.json"
     config_path.write_text(json.dumps(ds_config(run, nvme), indent=1))
     overrides = {
@@ -213,9 +247,7 @@ def launch(run: str, args: argparse.Namespace, data_dir: Path) -> dict[str, obje
     else:
         result["error"] = last_error_line(stderr) or f"exit code {code}"
         result["exit_code"] = code
-        result["stderr_tail"] = [line for line in stderr.splitlines() if "Warning" not in line][
-            -25:
-        ]
+        result["stderr_tail"] = rank_traceback(stderr)
     return result
 
 
@@ -225,11 +257,13 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, help="a text file (tinyshakespeare), bytes as tokens")
     parser.add_argument("--out", type=Path, help="run dirs and prepared data")
-    parser.add_argument("--runs", default="cpu,nvme", help="comma list of cpu, nvme")
+    parser.add_argument("--runs", default="cpu,nvme", help="comma list of cpu, nvme, param_nvme")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--seq-len", type=int, default=1024)
     parser.add_argument("--preset", default="10b-dense")
-    parser.add_argument("--nvme", type=Path, default=None, help="local NVMe dir (the nvme run)")
+    parser.add_argument(
+        "--nvme", type=Path, default=None, help="local NVMe dir (nvme and param_nvme runs)"
+    )
     parser.add_argument("--host-budget-gib", type=float, default=110.0)
     parser.add_argument("--kernels", default="auto")
     parser.add_argument("--timeout", type=int, default=570, help="seconds per run")
