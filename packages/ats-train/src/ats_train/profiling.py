@@ -82,11 +82,16 @@ def summarize(events: list, steps: int, wall_s: float) -> dict:
         "gpu_idle_fraction": round(1 - busy_us / 1e3 / steps / wall_ms, 4) if kernels else None,
         "kernels_per_step": len(kernels) / steps,
         "gpu_ms_per_step_by_category": {
-            c: round(us / 1e3 / steps, 3) for c, us in sorted(by_category.items(), key=lambda i: -i[1])
+            c: round(us / 1e3 / steps, 3)
+            for c, us in sorted(by_category.items(), key=lambda i: -i[1])
         },
         "top_kernels": [
-            {"name": k.name[:120], "category": category(k.name),
-             "ms_per_step": round(k.total_us / 1e3 / steps, 3), "calls_per_step": k.count / steps}
+            {
+                "name": k.name[:120],
+                "category": category(k.name),
+                "ms_per_step": round(k.total_us / 1e3 / steps, 3),
+                "calls_per_step": k.count / steps,
+            }
             for k in top[:30]
         ],  # fmt: skip
         "top_host_ops": [
