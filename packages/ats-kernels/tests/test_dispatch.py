@@ -12,6 +12,7 @@ def test_reference_holds_every_ref_op() -> None:
     ks = select("reference")
     assert isinstance(ks, KernelSet) and ks.name == "reference"
     assert ks.rms_norm is ats_kernels.ref_rms_norm
+    assert ks.rms_norm_residual is ats_kernels.ref_rms_norm_residual
     assert ks.rope is ats_kernels.ref_rope
     assert ks.swiglu is ats_kernels.ref_swiglu
     assert ks.moe_route is ats_kernels.ref_moe_route

@@ -6,7 +6,7 @@ from ats_kernels.dispatch import BACKENDS, REFERENCE, KernelSet, select
 from ats_kernels.grouped_mlp import ref_grouped_mlp
 from ats_kernels.moe_permute import ref_moe_permute, ref_moe_unpermute
 from ats_kernels.moe_route import ref_moe_route
-from ats_kernels.rms_norm import ref_rms_norm
+from ats_kernels.rms_norm import ref_rms_norm, ref_rms_norm_residual
 from ats_kernels.rope import ref_rope, rope_tables
 from ats_kernels.swiglu import ref_swiglu
 
@@ -22,6 +22,7 @@ __all__ = [
     "ref_moe_unpermute",
     "ref_moe_route",
     "ref_rms_norm",
+    "ref_rms_norm_residual",
     "ref_rope",
     "rope_tables",
     "ref_swiglu",

@@ -19,7 +19,7 @@ from ats_kernels.cross_entropy import ref_cross_entropy, ref_linear_cross_entrop
 from ats_kernels.grouped_mlp import ref_grouped_mlp
 from ats_kernels.moe_permute import ref_moe_permute, ref_moe_unpermute
 from ats_kernels.moe_route import ref_moe_route
-from ats_kernels.rms_norm import ref_rms_norm
+from ats_kernels.rms_norm import ref_rms_norm, ref_rms_norm_residual
 from ats_kernels.rope import ref_rope
 from ats_kernels.swiglu import ref_swiglu
 
@@ -34,6 +34,7 @@ class KernelSet:
 
     name: str
     rms_norm: Callable
+    rms_norm_residual: Callable
     rope: Callable
     swiglu: Callable
     moe_route: Callable
@@ -47,6 +48,7 @@ class KernelSet:
 REFERENCE = KernelSet(
     name="reference",
     rms_norm=ref_rms_norm,
+    rms_norm_residual=ref_rms_norm_residual,
     rope=ref_rope,
     swiglu=ref_swiglu,
     moe_route=ref_moe_route,
@@ -92,6 +94,7 @@ def _triton_kernel_set() -> KernelSet:
         _triton_set = KernelSet(
             name="triton",
             rms_norm=ops.rms_norm,
+            rms_norm_residual=ops.rms_norm_residual,
             rope=ops.rope,
             swiglu=ops.swiglu,
             moe_route=ops.moe_route,

@@ -79,5 +79,32 @@ def test_rms_norm_rejects_bad_input(device: str) -> None:
         rms_norm(x, torch.ones(7, device=device), 1e-5)
     with pytest.raises(TypeError, match="float64"):
         rms_norm(x.double(), torch.ones(8, device=device), 1e-5)
-    with pytest.raises(ValueError, match="residual"):
-        rms_norm_residual(x, x.bfloat16(), torch.ones(8, device=device), 1e-5)
+    with pytest.raises(ValueError, match="promotes to x's torch.bfloat16"):
+        # bf16 stream + fp32 residual: torch's x + residual would be fp32, h could not hold it
+        rms_norm_residual(x.bfloat16(), x, torch.ones(8, device=device), 1e-5)
+    with pytest.raises(ValueError, match=r"x's shape \(2, 8\)"):
+        rms_norm_residual(x, x[:, :4], torch.ones(8, device=device), 1e-5)
+
+
+def test_rms_norm_residual_bf16_residual_onto_fp32_stream(device: str, close) -> None:
+    """Under autocast the residual stream is fp32 (the embedding's output) and each sublayer's
+    output bf16: h = x + a promotes to fp32, and a's gradient comes back in bf16."""
+    from ats_kernels import ref_rms_norm_residual
+    from ats_kernels.triton import rms_norm_residual
+
+    g = torch.Generator(device=device).manual_seed(2)
+    shape = (2, 7, 96) if device == "cpu" else (8, 1024, 768)
+    x = torch.randn(shape, generator=g, device=device).requires_grad_()
+    a = torch.randn(shape, generator=g, device=device).bfloat16().requires_grad_()
+    w = (torch.randn(shape[-1], generator=g, device=device) + 1).requires_grad_()
+    y, h = rms_norm_residual(x, a, w, 1e-5)
+    y_ref, h_ref = ref_rms_norm_residual(x, a, w, 1e-5)
+    assert h.dtype == h_ref.dtype == torch.float32 and y.dtype == y_ref.dtype == torch.float32
+    torch.testing.assert_close(h, h_ref, rtol=0, atol=0)  # one fp32 add, the same on both sides
+    close(y, y_ref, "y")
+    dy, dh = torch.randn_like(y), torch.randn_like(h)
+    grads = torch.autograd.grad((y, h), (x, a, w), (dy, dh))
+    grads_ref = torch.autograd.grad((y_ref, h_ref), (x, a, w), (dy, dh))
+    assert grads[1].dtype == torch.bfloat16
+    for name, got, want in zip(("dx", "da", "dw"), grads, grads_ref, strict=True):
+        close(got, want, name)

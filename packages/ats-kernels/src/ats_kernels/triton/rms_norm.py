@@ -171,7 +171,7 @@ class _RMSNormResidual(torch.autograd.Function):
     def forward(ctx, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float):
         y, h, rstd = _forward(x, residual, weight, eps)
         ctx.save_for_backward(h, weight, rstd)
-        ctx.x_shape = x.shape
+        ctx.x_shape, ctx.residual_dtype = x.shape, residual.dtype
         return y.view(x.shape), h.view(x.shape)
 
     @staticmethod
@@ -179,7 +179,7 @@ class _RMSNormResidual(torch.autograd.Function):
         h, weight, rstd = ctx.saved_tensors
         dx, dw = _backward(dy, h, weight, rstd, dh)
         dx = dx.view(ctx.x_shape)
-        return dx, dx, dw, None  # h = x + residual: both get dh
+        return dx, dx.to(ctx.residual_dtype), dw, None  # h = x + residual: both get dh
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -191,11 +191,12 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 def rms_norm_residual(
     x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """h = x + residual (in x.dtype); returns (ref_rms_norm(h, weight, eps), h) in one pass."""
+    """h = x + residual (in x.dtype); returns (ref_rms_norm(h, weight, eps), h) in one pass.
+    residual may be of a lower precision that promotes to x.dtype (torch's x + residual)."""
     _check(x, weight, "rms_norm_residual")
-    if residual.shape != x.shape or residual.dtype != x.dtype:
+    if residual.shape != x.shape or torch.promote_types(x.dtype, residual.dtype) != x.dtype:
         raise ValueError(
-            f"rms_norm_residual: residual {tuple(residual.shape)} {residual.dtype} must match "
-            f"x {tuple(x.shape)} {x.dtype}"
+            f"rms_norm_residual: residual {tuple(residual.shape)} {residual.dtype} must have "
+            f"x's shape {tuple(x.shape)} and a dtype that promotes to x's {x.dtype}"
         )
     return _RMSNormResidual.apply(x, residual, weight, eps)

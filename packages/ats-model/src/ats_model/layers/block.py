@@ -3,6 +3,9 @@
 x ─┬─ attn_norm ─ attn ─(+)─┬─ ffn_norm ─ ffn ─(+)─> out      ffn = SwiGLUFFN or MoEFFN
    └────────────────────────┘└─────────────────────┘
 
+The add before ffn_norm and the norm itself are one kernel (rms_norm_residual), which returns both
+the normalized input of the FFN and the updated residual stream.
+
 A block returns its MoE / MoD records with its output (BlockOutput) and the model collects them:
 nothing is shared and mutated across module boundaries, so wrappers that rebuild a block's
 arguments or outputs (FSDP2 per-block sharding, activation checkpointing) keep every record.
@@ -95,6 +98,6 @@ class Block(nn.Module):
         a = self.attn(
             self.attn_norm(x), ctx.cos, ctx.sin, ctx.mask, self.cache_layer(ctx), ctx.start
         )
-        h = x + self.resid_drop(a)
-        f, record = self._ffn(self.ffn_norm(h))
+        n, h = self.ffn_norm(x, self.resid_drop(a))  # h = x + a, n = ffn_norm(h): one pass
+        f, record = self._ffn(n)
         return BlockOutput(h + self.resid_drop(f), record, None)

@@ -1,0 +1,37 @@
+"""Run by test_model_kernel_parity.py in a process with TRITON_INTERPRET=1 (or on a CUDA device):
+one model built twice, kernels="reference" and kernels="triton", same weights and batch; prints
+JSON {loss, triton_loss, max_grad_rel_err}. argv: PRESET DEVICE"""
+
+import json
+import sys
+
+import torch
+from ats_model import build_model, presets
+
+
+def loss_and_grads(model: torch.nn.Module, x: torch.Tensor) -> tuple[float, dict]:
+    out = model(x, targets=x.roll(-1, dims=1))
+    loss = out.loss + 0.01 * sum(out.aux.values())
+    loss.backward()
+    return loss.item(), {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+
+
+def main(preset: str, device: str) -> None:
+    config = presets.get(preset)
+    torch.manual_seed(0)
+    reference = build_model(config, device=torch.device(device), kernels="reference")
+    fast = build_model(config, device=torch.device(device), kernels="triton")
+    fast.load_state_dict(reference.state_dict())
+    x = torch.randint(0, config.vocab_size, (2, 32), generator=torch.Generator().manual_seed(1))
+    x = x.to(device)
+    loss, grads = loss_and_grads(reference, x)
+    fast_loss, fast_grads = loss_and_grads(fast, x)
+    assert grads.keys() == fast_grads.keys()
+    err = max(
+        ((fast_grads[n] - g).norm() / g.norm().clamp_min(1e-12)).item() for n, g in grads.items()
+    )
+    print(json.dumps({"loss": loss, "triton_loss": fast_loss, "max_grad_rel_err": err}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
