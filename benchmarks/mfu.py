@@ -10,14 +10,17 @@ torch.cuda.synchronize calls. MFU = tokens/s x ats_model.flops_per_token (6 x ac
 
 GPU: PYTHONPATH=$(ls -d $PWD/packages/*/src | tr '\\n' ':') python3 benchmarks/mfu.py
 CPU smoke: uv run --no-sync python benchmarks/mfu.py --device cpu --preset tiny-dense --steps 3
---profile DIR traces 3 more steps per run (ats_train.profiling: DIR/<run>/summary.txt, trace).
+--cuda-graphs replays forward + backward from CUDA graphs (train.cuda_graphs, eager: the lever for
+host-bound steps such as the MoE's). --profile DIR traces 3 more steps per run (ats_train.profiling: DIR/<run>/summary.txt, trace).
 Prints one JSON line per (preset, kernels) run, then one comparison line per preset:
   {"name", "ours", "baseline", "ratio", "hardware", "mfu", ...} (ours = auto, baseline = reference).
 """
 
 import argparse
+import contextlib
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -25,6 +28,7 @@ from ats_model import build_model, count_params, flops_per_token, presets
 from ats_train.attention_backend import AttentionShape, choose_attention_backend
 from ats_train.backends import build_backend
 from ats_train.config import build_config
+from ats_train.cuda_graphs import GraphedLoss, check_cuda_graphs
 from ats_train.mfu import peak_flops
 from ats_train.model import build_model_config
 from ats_train.optim import build_optimizer
@@ -51,6 +55,7 @@ def run(preset: str, kernels: str, sdpa: str, args: argparse.Namespace) -> dict:
     config = build_config({
         "model.preset": preset, "kernels": kernels, "train.device": args.device,
         "train.precision": args.precision, "train.compile": args.compile,
+        "train.cuda_graphs": args.cuda_graphs,
         "train.batch_size": args.batch, "train.seq_len": args.seq_len, "train.sdpa_backend": sdpa,
     })  # fmt: skip
     train = config.train
@@ -65,6 +70,7 @@ def run(preset: str, kernels: str, sdpa: str, args: argparse.Namespace) -> dict:
         model_config, train.batch_size, train.seq_len, precision.autocast_dtype or torch.float32
     )
     attention = choose_attention_backend(train.sdpa_backend, shape, device, lambda t: t)
+    check_cuda_graphs(config, model_config, device, world_size=1)
     torch.manual_seed(train.seed)
     raw_model = build_model(model_config, device=device, kernels=config.kernels)
     model = parallelize(raw_model, train)
@@ -77,15 +83,28 @@ def run(preset: str, kernels: str, sdpa: str, args: argparse.Namespace) -> dict:
     tokens = torch.randint(0, model_config.vocab_size, shape, device=device, generator=g)
     targets = torch.randint(0, model_config.vocab_size, shape, device=device, generator=g)
 
+    @contextlib.contextmanager
+    def forward_context(cache: bool = True) -> Iterator[None]:  # Trainer.forward_context
+        with precision.autocast(cache=cache), attention.context():
+            yield
+
+    graphed = (
+        GraphedLoss(model, lambda: forward_context(cache=False)) if train.cuda_graphs else None
+    )
+
     def step() -> torch.Tensor:
         # Trainer.forward_backward with one micro-batch, then backend.step (clip + AdamW)
-        with precision.autocast(), attention.context():
-            output = model(tokens, targets=targets)
-        loss = output.loss + sum(loss_weights[k] * v for k, v in output.aux.items())
+        if graphed is not None:
+            main_loss, aux, _ = graphed(tokens, targets)
+        else:
+            with forward_context():
+                output = model(tokens, targets=targets)
+            main_loss, aux = output.loss, output.aux
+        loss = main_loss + sum(loss_weights[k] * v for k, v in aux.items())
         backend.backward(loss, last_micro_batch=True)
         backend.step(optimizer, config.optim.grad_clip)
         optimizer.zero_grad(set_to_none=True)
-        return output.loss.detach()
+        return main_loss.detach()
 
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -115,7 +134,7 @@ def run(preset: str, kernels: str, sdpa: str, args: argparse.Namespace) -> dict:
         "mfu": None if peak is None else round(tokens_per_s * fpt / peak, 4),
         "flops_per_token": fpt, "active_params": count_params(model_config)[1],
         "batch": train.batch_size, "seq_len": train.seq_len, "precision": train.precision,
-        "compile": train.compile, "warmup_steps": args.warmup, "timed_steps": args.steps,
+        "compile": train.compile, "cuda_graphs": train.cuda_graphs, "warmup_steps": args.warmup, "timed_steps": args.steps,
         "warmup_s": round(warmup_s, 1), "final_loss": round(float(loss), 4),
         "graph_breaks": sum(counters["graph_break"].values()),
         "graph_break_reasons": [r[:160] for r, _ in counters["graph_break"].most_common(5)],
@@ -144,12 +163,19 @@ def main() -> None:
         "--profile", type=Path, default=None, help="also trace 3 steps per run into this dir"
     )
     parser.add_argument("--no-compile", dest="compile", action="store_false", default=None)
+    parser.add_argument(
+        "--cuda-graphs",
+        action="store_true",
+        help="train.cuda_graphs (forward + backward replayed from CUDA graphs; implies --no-compile)",
+    )
     args = parser.parse_args()
     cuda = args.device == "cuda"
     if cuda and not torch.cuda.is_available():
         raise SystemExit("benchmarks/mfu.py: no CUDA device (use --device cpu for a smoke run)")
     defaults = {"batch": 32 if cuda else 2, "seq_len": 1024 if cuda else 64,
                 "warmup": 3 if cuda else 1, "steps": 10 if cuda else 3, "compile": cuda}  # fmt: skip
+    if args.cuda_graphs:
+        defaults["compile"] = False  # the trainer takes one or the other
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)

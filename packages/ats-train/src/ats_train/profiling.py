@@ -93,7 +93,7 @@ def summarize(events: list, steps: int, wall_s: float) -> dict:
                 "calls_per_step": k.count / steps,
             }
             for k in top[:30]
-        ],  # fmt: skip
+        ],
         "top_host_ops": [
             {"name": name[:120], "self_ms_per_step": round(us / 1e3 / steps, 3)}
             for name, us in sorted(host.items(), key=lambda i: -i[1])[:20]
