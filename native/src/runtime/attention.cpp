@@ -100,31 +100,56 @@ static void attend_row(const AttnCtx &c, int64_t r, int64_t kvh, const int64_t *
 }
 
 /* Rows r0..r1 of one sequence against the keys of kv head kvh: the keys (sorted by slot) are
- * copied once into kt (hd, nk), transposed, and the values into vr (nk, hd); row r sees the first
- * n_r of them (slots <= its position): scores = q kt[:, :n_r] and out = p vr[:n_r], both vecmat
- * (whole vectors of keys or of head dimensions, no horizontal sums). */
+ * copied once into kt (hd, nk), transposed; the values (nk, hd) are read in place from the cache
+ * (gathered into vr when a MoD layer left slots out). Row r sees the first n_r keys (slots <= its
+ * position): scores = q kt[:, :n_r] and out = p v[:n_r], both vecmat (whole vectors of keys or
+ * of head dimensions, no horizontal sums). The query vectors (row,
+ * head of the group) go VECMAT_MAX_ROWS at a time, so each key or value vector loaded serves all
+ * of them: the block's scores run to its largest n, and each row's probabilities past its own n_r
+ * are zero (fma(0, v, acc) = acc), so a row's result is the one it gets alone. */
 static void attend_run(const AttnCtx &c, const Rows &rows, int64_t r0, int64_t r1, int64_t kvh,
                        const int64_t *keys, int64_t nk, int64_t base) {
     thread_local std::vector<float> kt, vr, sc;
     const int64_t hd = c.hd;
     kt.resize((size_t)(hd * nk));
-    vr.resize((size_t)(nk * hd));
-    sc.resize((size_t)nk);
+    sc.resize((size_t)(VECMAT_MAX_ROWS * nk));
     for (int64_t i = 0; i < nk; i++) {
         const float *src = c.kc + keys[i] * c.KV + kvh * hd;
         for (int64_t d = 0; d < hd; d++) kt[(size_t)(d * nk + i)] = src[d];
-        memcpy(vr.data() + i * hd, c.vc + keys[i] * c.KV + kvh * hd, (size_t)hd * sizeof(float));
     }
-    for (int64_t r = r0; r < r1; r++) {
-        const int64_t n = std::upper_bound(keys, keys + nk, base + rows.pos[r]) - keys;
-        for (int64_t j = 0; j < c.group; j++) {
-            const int64_t h = kvh * c.group + j;
-            c.kern->vecmat((int)n, (int)hd, c.q + r * c.NH * hd + h * hd, kt.data(), nk,
-                           sc.data());
-            c.kern->softmax((int)n, c.scale, sc.data());
-            c.kern->vecmat((int)hd, (int)n, sc.data(), vr.data(), hd,
-                           c.out + r * c.NH * hd + h * hd);
+    /* values (nk, hd) of row stride ldv: read in place from the cache when the keys are
+     * consecutive slots (every layer but a MoD one), else gathered */
+    const float *vals = c.vc + keys[0] * c.KV + kvh * hd;
+    int64_t ldv = c.KV;
+    if (keys[nk - 1] - keys[0] != nk - 1) {
+        vr.resize((size_t)(nk * hd));
+        for (int64_t i = 0; i < nk; i++) {
+            memcpy(vr.data() + i * hd, c.vc + keys[i] * c.KV + kvh * hd,
+                   (size_t)hd * sizeof(float));
         }
+        vals = vr.data();
+        ldv = hd;
+    }
+    const int64_t n_vec = (r1 - r0) * c.group; /* query vectors: row-major, heads of the group */
+    for (int64_t v0 = 0; v0 < n_vec; v0 += VECMAT_MAX_ROWS) {
+        const int R = (int)std::min<int64_t>(VECMAT_MAX_ROWS, n_vec - v0);
+        const float *qv[VECMAT_MAX_ROWS];
+        float *ov[VECMAT_MAX_ROWS], *sv[VECMAT_MAX_ROWS];
+        int64_t n[VECMAT_MAX_ROWS], n_max = 0;
+        for (int j = 0; j < R; j++) {
+            const int64_t r = r0 + (v0 + j) / c.group, h = kvh * c.group + (v0 + j) % c.group;
+            qv[j] = c.q + r * c.NH * hd + h * hd;
+            ov[j] = c.out + r * c.NH * hd + h * hd;
+            sv[j] = sc.data() + j * nk;
+            n[j] = std::upper_bound(keys, keys + nk, base + rows.pos[r]) - keys;
+            n_max = std::max(n_max, n[j]);
+        }
+        c.kern->vecmat((int)n_max, (int)hd, qv, R, kt.data(), nk, sv);
+        for (int j = 0; j < R; j++) {
+            c.kern->softmax((int)n[j], c.scale, sv[j]);
+            std::fill(sv[j] + n[j], sv[j] + n_max, 0.0f);
+        }
+        c.kern->vecmat((int)hd, (int)n_max, sv, R, vals, ldv, ov);
     }
 }
 
@@ -142,7 +167,9 @@ void attention(ats_session *s, int64_t layer, const Rows &rows, float *q, float 
     float *kc = s->k[(size_t)layer].data(), *vc = s->v[(size_t)layer].data();
     uint8_t *valid = s->valid[(size_t)layer].data();
 
-    for (int64_t r = 0; r < rows.M; r++) {
+    /* RoPE and the cache writes, rows spread over the pool (each row owns its slot) */
+    m->pool->run_sized((int)rows.M, rows.M * (NH + NKV) * hd * 2, [&](int task) {
+        const int64_t r = task;
         const float *cos = m->rope_cos.data() + rows.pos[r] * hd;
         const float *sin = m->rope_sin.data() + rows.pos[r] * hd;
         for (int64_t h = 0; h < NH; h++) rope_row(q + r * NH * hd + h * hd, cos, sin, hd);
@@ -151,7 +178,7 @@ void attention(ats_session *s, int64_t layer, const Rows &rows, float *q, float 
         memcpy(kc + slot * KV, k + r * KV, (size_t)KV * sizeof(float));
         memcpy(vc + slot * KV, v + r * KV, (size_t)KV * sizeof(float));
         valid[slot] = 1;
-    }
+    });
 
     /* tasks: runs of consecutive rows of one sequence, at most RUN_ROWS each, per kv head; the
      * last runs of a prompt see the most keys, so the tasks go last run first (the pool hands

@@ -14,8 +14,28 @@
 
 namespace ats {
 
-/* a (M, C) = attention output, f (M, C) = FFN output, for the rows x (M, C). */
-static void block(ats_session *s, int64_t li, const float *x, const Rows &rows, float *a, float *f) {
+/* A residual sum still owed to x (M, C): x = h + f, with h = x + a the block's own sum (h NULL:
+ * nothing owed). The integer path hands it to the next block, whose first norm adds it in its
+ * own pool job; the same adds in the same order as x = (x + a) + f. */
+struct Owed {
+    const float *h, *f;
+};
+
+/* x = h + f over the pool, when something is owed */
+static void settle(ThreadPool *pool, float *x, const Owed &owed, int64_t M, int64_t C) {
+    if (!owed.h) return;
+    pool->run_sized((int)M, M * C, [&](int r) {
+        for (int64_t i = (int64_t)r * C; i < (int64_t)(r + 1) * C; i++) {
+            x[i] = owed.h[i] + owed.f[i];
+        }
+    });
+}
+
+/* a (M, C) = attention output, f (M, C) = FFN output, for the rows x (M, C) once `in` is added
+ * to x (then written back to x). Returns what the caller still owes x: {x + a, f} on the integer
+ * path, else nothing, and x + a + f is the caller's to form. */
+static Owed block(ats_session *s, int64_t li, float *x, const Owed &in, const Rows &rows, float *a,
+                  float *f) {
     ats_model *m = s->model;
     const Config &c = m->cfg;
     const Layer &L = m->layers[(size_t)li];
@@ -30,12 +50,33 @@ static void block(ats_session *s, int64_t li, const float *x, const Rows &rows, 
     v.resize((size_t)(M * KV));
     att.resize((size_t)(M * H));
     hn.resize((size_t)(M * C));
-    rms_norm(pool, x, L.attn_norm, M, C, c.norm_eps, h.data());
-    const Weight *qkv_w[3] = {&L.wq, &L.wk, &L.wv};
-    float *qkv_y[3] = {q.data(), k.data(), v.data()};
-    matmul_same_x(pool, m->kernels, qkv_w, 3, h.data(), M, qkv_y); /* one pool job when packed */
+    /* integer path: each norm writes the quantized activations its matmuls read (one pool job
+     * instead of a norm, a quantization and, before the FFN, a serial residual add) */
+    thread_local QActRows xq;
+    if (L.wq.packed && L.wk.packed && L.wv.packed) {
+        /* x = in.h + in.f first when a sum is owed (written back to x) */
+        const float *x_in = in.h ? in.h : x;
+        rms_norm_qact(pool, m->kernels, x_in, in.f, in.h ? x : nullptr, L.attn_norm, M, C,
+                      c.norm_eps, &xq);
+        const MatmulJob jobs[3] = {{L.wq, xq.rows.data(), M, q.data()},
+                                   {L.wk, xq.rows.data(), M, k.data()},
+                                   {L.wv, xq.rows.data(), M, v.data()}};
+        matmul_jobs(pool, m->kernels, jobs, 3);
+    } else {
+        settle(pool, x, in, M, C);
+        rms_norm(pool, x, L.attn_norm, M, C, c.norm_eps, h.data());
+        const Weight *qkv_w[3] = {&L.wq, &L.wk, &L.wv};
+        float *qkv_y[3] = {q.data(), k.data(), v.data()};
+        matmul_same_x(pool, m->kernels, qkv_w, 3, h.data(), M, qkv_y);
+    }
     attention(s, li, rows, q.data(), k.data(), v.data(), att.data());
     matmul(pool, m->kernels, L.wo, att.data(), M, a);
+    if (!c.has_moe && swiglu_is_packed(L.w1, L.w3, L.w2)) {
+        rms_norm_qact(pool, m->kernels, x, a, h.data(), L.ffn_norm, M, C, c.norm_eps, &xq);
+        SwiGLUPart part{L.w1, L.w3, L.w2, xq.rows.data(), M, f};
+        swiglu_packed(m, &part, 1);
+        return {h.data(), f};
+    }
     for (int64_t i = 0; i < M * C; i++) h[(size_t)i] = x[i] + a[i];
     rms_norm(pool, h.data(), L.ffn_norm, M, C, c.norm_eps, hn.data());
     if (c.has_moe) {
@@ -43,6 +84,7 @@ static void block(ats_session *s, int64_t li, const float *x, const Rows &rows, 
     } else {
         swiglu_ffn(m, L.w1, L.w3, L.w2, hn.data(), M, f);
     }
+    return {nullptr, nullptr};
 }
 
 static void mod_block(ats_session *s, int64_t li, float *x, const Rows &rows) {
@@ -68,7 +110,7 @@ static void mod_block(ats_session *s, int64_t li, float *x, const Rows &rows) {
         pos[(size_t)i] = rows.pos[r];
     }
     Rows sub{K, seq.data(), pos.data()};
-    block(s, li, xs.data(), sub, a.data(), f.data());
+    block(s, li, xs.data(), {nullptr, nullptr}, sub, a.data(), f.data()); /* uses a and f */
     for (int64_t i = 0; i < K; i++) {
         int64_t r = picked[(size_t)i];
         float w = weight[(size_t)r];
@@ -92,18 +134,34 @@ void session_forward(ats_session *s, const int32_t *const *ids, const int32_t *n
     const int64_t M = (int64_t)tok.size();
     if (M == 0) return;
     Rows rows{M, seq.data(), pos.data()};
-    std::vector<float> x((size_t)(M * C)), a((size_t)(M * C)), f((size_t)(M * C));
+    /* scratch reused across calls: fresh (M, C) vectors are fresh pages, faulted in per prefill */
+    thread_local std::vector<float> x, a, f;
+    x.resize((size_t)(M * C));
+    a.resize((size_t)(M * C));
+    f.resize((size_t)(M * C));
     for (int64_t r = 0; r < M; r++) {
         memcpy(x.data() + r * C, m->tok_embeddings + (int64_t)tok[(size_t)r] * C, (size_t)C * sizeof(float));
     }
+    ThreadPool *pool = m->pool.get();
+    Owed owed{nullptr, nullptr};
     for (int64_t li = 0; li < c.n_layer; li++) {
         if (m->layers[(size_t)li].is_mod) {
+            settle(pool, x.data(), owed, M, C);
+            owed = {nullptr, nullptr};
             mod_block(s, li, x.data(), rows);
             continue;
         }
-        block(s, li, x.data(), rows, a.data(), f.data());
-        for (int64_t i = 0; i < M * C; i++) x[(size_t)i] = (x[(size_t)i] + a[(size_t)i]) + f[(size_t)i];
+        owed = block(s, li, x.data(), owed, rows, a.data(), f.data());
+        if (owed.h) continue;
+        float *xp = x.data();
+        const float *ap = a.data(), *fp = f.data(); /* the caller's thread_locals, for the pool */
+        pool->run_sized((int)M, M * C, [&](int r) {
+            for (int64_t i = (int64_t)r * C; i < (int64_t)(r + 1) * C; i++) {
+                xp[i] = (xp[i] + ap[i]) + fp[i];
+            }
+        });
     }
+    settle(pool, x.data(), owed, M, C);
     for (int32_t b = 0; b < s->n_seq; b++) s->length[(size_t)b] += n_new[b];
 
     /* LM head: every row when all logits are wanted, else each sequence's last row */

@@ -34,6 +34,12 @@ struct Rows {
 void rms_norm(ThreadPool *pool, const float *x, const float *weight, int64_t M, int64_t C,
               double eps, float *y);
 
+/* The RMSNorm above quantized for the integer path, one pool job: row r of q = Q8_0(rmsnorm(h_r)
+ * * weight) with h_r = x_r + a_r written to h (the residual sum, when a is not NULL) or h_r = x_r
+ * (a and h NULL); the same values rms_norm then qact_build give. */
+void rms_norm_qact(ThreadPool *pool, const Kernels *k, const float *x, const float *a, float *h,
+                   const float *weight, int64_t M, int64_t C, double eps, QActRows *q);
+
 /* Causal GQA attention of this layer for the given rows: q/k/v (M, n_head*hd | n_kv*hd) already
  * projected; applies RoPE, writes k/v into the cache at each row's slot, attends over the valid
  * slots <= the row's position of its sequence; out (M, n_head*hd). */

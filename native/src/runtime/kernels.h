@@ -37,6 +37,8 @@ struct QAct {
 static const int PACK_ROWS = 16;
 /* Activation rows one packed-kernel call takes at most (register budget of the VNNI kernels). */
 static const int PACK_MAX_NX = 8;
+/* Row vectors one vecmat call takes at most (register budget of the AVX-512 version). */
+static const int VECMAT_MAX_ROWS = 4;
 
 struct Kernels {
     const char *name; /* "avx512", "avx2", "neon" or "scalar" */
@@ -54,22 +56,25 @@ struct Kernels {
                    const float *const *xe, const float *const *xo, int nx, float *out);
     /* Integer dots on weights repacked at load (repack.h): one row group (PACK_ROWS weight rows,
      * n_blocks 32-blocks each) against nx QAct rows, 1 <= nx <= PACK_MAX_NX, into
-     * out[r * PACK_ROWS + i] (weight row i of the group, activation row r):
+     * out[r * ldo + i] (weight row i of the group, activation row r; ldo >= PACK_ROWS, so the
+     * results land in the output matrix itself):
      *   int8: (sum_b dot_b * d_b) * row_scale_i
      *   int4: sum_b dot_b * (scale_ib * d_b), scale_ib the fp16 scale of the packed copy
      * with dot_b the exact integer dot of block b. NULL when the set has no integer kernels
      * (matmul then uses the fp32-activation kernels above on the loaded layout). */
     void (*dot_q8_packed)(int n_blocks, const uint8_t *w, const QAct *const *x, int nx,
-                          float *out);
+                          float *out, int64_t ldo);
     void (*dot_q4_packed)(int n_blocks, const uint8_t *w, const QAct *const *x, int nx,
-                          float *out);
+                          float *out, int64_t ldo);
     /* y[i] += a[j] * x[j][i] for j = 0..m-1 in order (m = 1..4 rows: y stays in registers) */
     void (*axpy)(int n, int m, const float *a, const float *const *x, float *y);
-    /* y[i] = sum_j a[j] * x[j * ld + i] for i < n, j = 0..m-1 (any m >= 0; a row vector times a
-     * row-major (m, n) matrix of row stride ld): attention's scores against keys transposed to
-     * (head_dim, keys) and its sum of values (keys, head_dim) weighted by the probabilities,
-     * without horizontal sums */
-    void (*vecmat)(int n, int m, const float *a, const float *x, int64_t ld, float *y);
+    /* y[r][i] = sum_j a[r][j] * x[j * ld + i] for i < n, j = 0..m-1 in order, r < R (any m >= 0,
+     * R = 1..VECMAT_MAX_ROWS row vectors times one row-major (m, n) matrix of row stride ld):
+     * attention's scores against keys transposed to (head_dim, keys) and its sum of values
+     * (keys, head_dim) weighted by the probabilities, without horizontal sums; each x vector
+     * loaded serves all R rows, and a row's result does not depend on R */
+    void (*vecmat)(int n, int m, const float *const *a, int R, const float *x, int64_t ld,
+                   float *const *y);
     /* x[i] = softmax(scale * x)[i], i < n >= 1 (attention's probabilities from raw scores: the
      * SIMD sets use the silu_mul exp polynomial and fp32 lane sums, the scalar set expf and a
      * double sum) */
@@ -85,7 +90,8 @@ struct Kernels {
 void quantize_q8_0_scalar(int n_blocks, const float *x, int8_t *q, float *d);
 
 /* The scalar vecmat (the reference; also the NEON set's). */
-void vecmat_scalar(int n, int m, const float *a, const float *x, int64_t ld, float *y);
+void vecmat_scalar(int n, int m, const float *const *a, int R, const float *x, int64_t ld,
+                   float *const *y);
 
 /* The scalar softmax (the reference; also the NEON set's). */
 void softmax_scalar(int n, float scale, float *x);

@@ -47,7 +47,7 @@ static void dot_q4(int n, int group, const uint8_t *const *w, const float *const
 /* Integer path on the packed layouts (repack.h): per 32-block an exact integer dot of codes,
  * scaled by d_block (and the fp16 int4 weight scale). */
 static void dot_q8_packed(int n_blocks, const uint8_t *w, const QAct *const *x, int nx,
-                          float *out) {
+                          float *out, int64_t ldo) {
     const float *row_scale = (const float *)w; /* row-group header */
     const uint8_t *codes = w + PACK_ROWS * 4;
     for (int L = 0; L < PACK_ROWS; L++) {
@@ -62,13 +62,13 @@ static void dot_q8_packed(int n_blocks, const uint8_t *w, const QAct *const *x, 
                 }
                 acc += (float)dot * x[r]->d[b];
             }
-            out[r * PACK_ROWS + L] = acc * row_scale[L];
+            out[r * ldo + L] = acc * row_scale[L];
         }
     }
 }
 
 static void dot_q4_packed(int n_blocks, const uint8_t *w, const QAct *const *x, int nx,
-                          float *out) {
+                          float *out, int64_t ldo) {
     for (int L = 0; L < PACK_ROWS; L++) {
         for (int r = 0; r < nx; r++) {
             float acc = 0.0f;
@@ -84,7 +84,7 @@ static void dot_q4_packed(int n_blocks, const uint8_t *w, const QAct *const *x, 
                 memcpy(&h, rec + 256 + 2 * L, 2);
                 acc += (float)dot * (f32_from_fp16(h) * x[r]->d[b]);
             }
-            out[r * PACK_ROWS + L] = acc;
+            out[r * ldo + L] = acc;
         }
     }
 }
@@ -144,11 +144,14 @@ void silu_mul_scalar(int n, float *g, const float *u) {
     for (int i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
-void vecmat_scalar(int n, int m, const float *a, const float *x, int64_t ld, float *y) {
-    for (int i = 0; i < n; i++) {
-        float acc = 0.0f;
-        for (int j = 0; j < m; j++) acc = fmaf(a[j], x[j * ld + i], acc);
-        y[i] = acc;
+void vecmat_scalar(int n, int m, const float *const *a, int R, const float *x, int64_t ld,
+                   float *const *y) {
+    for (int r = 0; r < R; r++) {
+        for (int i = 0; i < n; i++) {
+            float acc = 0.0f;
+            for (int j = 0; j < m; j++) acc = fmaf(a[r][j], x[j * ld + i], acc);
+            y[r][i] = acc;
+        }
     }
 }
 

@@ -207,7 +207,8 @@ AVX2 static INLINE __m256i bcast_codes_avx2(const int8_t *q) {
 }
 
 AVX2 static INLINE void q8_packed_avx2(int n_blocks, const uint8_t *w, const QAct *const *x,
-                                       float *out, const int H, const int NX) {
+                                       float *out, int64_t ldo, const int H,
+                                       const int NX) {
     const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
     const uint8_t *codes = w + PACK_ROWS * 4;
     __m256 acc[PACK_MAX_NX];
@@ -236,11 +237,12 @@ AVX2 static INLINE void q8_packed_avx2(int n_blocks, const uint8_t *w, const QAc
     }
     __m256 sc = _mm256_loadu_ps((const float *)w + 8 * H);
     #pragma GCC unroll 8
-    for (int r = 0; r < NX; r++) _mm256_storeu_ps(out + r * PACK_ROWS + 8 * H, _mm256_mul_ps(acc[r], sc));
+    for (int r = 0; r < NX; r++) _mm256_storeu_ps(out + r * ldo + 8 * H, _mm256_mul_ps(acc[r], sc));
 }
 
 AVX2 static INLINE void q4_packed_avx2(int n_blocks, const uint8_t *w, const QAct *const *x,
-                                       float *out, const int H, const int NX) {
+                                       float *out, int64_t ldo, const int H,
+                                       const int NX) {
     const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     __m256 acc[PACK_MAX_NX];
     #pragma GCC unroll 8
@@ -270,7 +272,7 @@ AVX2 static INLINE void q4_packed_avx2(int n_blocks, const uint8_t *w, const QAc
         }
     }
     #pragma GCC unroll 8
-    for (int r = 0; r < NX; r++) _mm256_storeu_ps(out + r * PACK_ROWS + 8 * H, acc[r]);
+    for (int r = 0; r < NX; r++) _mm256_storeu_ps(out + r * ldo + 8 * H, acc[r]);
 }
 
 /* nx = 1..PACK_MAX_NX as compile-time shapes; the two 8-row halves one after the other */
@@ -287,15 +289,15 @@ AVX2 static INLINE void q4_packed_avx2(int n_blocks, const uint8_t *w, const QAc
     }
 
 AVX2 static void dot_q8_packed_avx2(int n_blocks, const uint8_t *w, const QAct *const *x, int nx,
-                                    float *out) {
-    PACKED_SWITCH(q8_packed_avx2, n_blocks, w, x, out, 0)
-    PACKED_SWITCH(q8_packed_avx2, n_blocks, w, x, out, 1)
+                                    float *out, int64_t ldo) {
+    PACKED_SWITCH(q8_packed_avx2, n_blocks, w, x, out, ldo, 0)
+    PACKED_SWITCH(q8_packed_avx2, n_blocks, w, x, out, ldo, 1)
 }
 
 AVX2 static void dot_q4_packed_avx2(int n_blocks, const uint8_t *w, const QAct *const *x, int nx,
-                                    float *out) {
-    PACKED_SWITCH(q4_packed_avx2, n_blocks, w, x, out, 0)
-    PACKED_SWITCH(q4_packed_avx2, n_blocks, w, x, out, 1)
+                                    float *out, int64_t ldo) {
+    PACKED_SWITCH(q4_packed_avx2, n_blocks, w, x, out, ldo, 0)
+    PACKED_SWITCH(q4_packed_avx2, n_blocks, w, x, out, ldo, 1)
 }
 
 AVX2 static void axpy_avx2(int n, int m, const float *a, const float *const *x, float *y) {
@@ -314,9 +316,10 @@ AVX2 static void axpy_avx2(int n, int m, const float *a, const float *const *x, 
     }
 }
 
-/* vecmat: 4 vectors of y (32 columns) in registers over all m rows, then 8 columns, then a
- * scalar tail; each column's sum runs over j in order. */
-AVX2 static void vecmat_avx2(int n, int m, const float *a, const float *x, int64_t ld, float *y) {
+/* vecmat of one row vector: 4 vectors of y (32 columns) in registers over all m rows, then 8
+ * columns, then a scalar tail; each column's sum runs over j in order. */
+AVX2 static void vecmat_row_avx2(int n, int m, const float *a, const float *x, int64_t ld,
+                                 float *y) {
     int i = 0;
     for (; i + 32 <= n; i += 32) {
         __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
@@ -345,6 +348,13 @@ AVX2 static void vecmat_avx2(int n, int m, const float *a, const float *x, int64
         for (int j = 0; j < m; j++) acc = fmaf(a[j], x[j * ld + i], acc);
         y[i] = acc;
     }
+}
+
+/* vecmat: one row vector at a time (16 ymm registers leave no room for several rows' 4-vector
+ * blocks) */
+AVX2 static void vecmat_avx2(int n, int m, const float *const *a, int R, const float *x,
+                             int64_t ld, float *const *y) {
+    for (int r = 0; r < R; r++) vecmat_row_avx2(n, m, a[r], x, ld, y[r]);
 }
 
 /* exp(x) for 8 floats: x = n ln2 + r, |r| <= ln2 / 2, exp(r) = 1 + r + r^2 P(r) with Cephes'
@@ -571,26 +581,57 @@ AVX512 static INLINE __mmask16 left_mask(int left) {
     return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
 }
 
-/* vecmat: 4 vectors of y (64 columns, the last ones masked) in registers over all m rows: four
- * independent FMA chains even for short rows (a 64-wide head dimension or a few dozen keys). */
-AVX512 static void vecmat_avx512(int n, int m, const float *a, const float *x, int64_t ld,
-                                 float *y) {
-    for (int i = 0; i < n; i += 64) {
-        const __mmask16 k0 = left_mask(n - i), k1 = left_mask(n - i - 16),
-                        k2 = left_mask(n - i - 32), k3 = left_mask(n - i - 48);
-        __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
-        for (int j = 0; j < m; j++) {
-            const __m512 aj = _mm512_set1_ps(a[j]);
-            const float *xr = x + j * ld + i;
-            c0 = _mm512_fmadd_ps(aj, _mm512_maskz_loadu_ps(k0, xr), c0);
-            c1 = _mm512_fmadd_ps(aj, _mm512_maskz_loadu_ps(k1, xr + 16), c1);
-            c2 = _mm512_fmadd_ps(aj, _mm512_maskz_loadu_ps(k2, xr + 32), c2);
-            c3 = _mm512_fmadd_ps(aj, _mm512_maskz_loadu_ps(k3, xr + 48), c3);
+/* vecmat block: NV (1..4) vectors of y (columns i .. i + 16 NV, the last ones masked by k) of
+ * R (1..4) rows in registers over all m rows of x: each x vector is loaded once for the R rows,
+ * and R * NV independent FMA chains hide the FMA latency. */
+AVX512 static INLINE void vecmat_block_avx512(int i, const __mmask16 *k, int m,
+                                              const float *const *a, const float *x, int64_t ld,
+                                              float *const *y, const int R, const int NV) {
+    __m512 c[VECMAT_MAX_ROWS][4];
+    #pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        #pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) c[r][v] = _mm512_setzero_ps();
+    for (int j = 0; j < m; j++) {
+        const float *xr = x + j * ld + i;
+        __m512 xv[4];
+        #pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) xv[v] = _mm512_maskz_loadu_ps(k[v], xr + 16 * v);
+        #pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const __m512 aj = _mm512_set1_ps(a[r][j]);
+            #pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) c[r][v] = _mm512_fmadd_ps(aj, xv[v], c[r][v]);
         }
-        _mm512_mask_storeu_ps(y + i, k0, c0);
-        _mm512_mask_storeu_ps(y + i + 16, k1, c1);
-        _mm512_mask_storeu_ps(y + i + 32, k2, c2);
-        _mm512_mask_storeu_ps(y + i + 48, k3, c3);
+    }
+    #pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        #pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) _mm512_mask_storeu_ps(y[r] + i + 16 * v, k[v], c[r][v]);
+}
+
+#define VECMAT_NV_SWITCH(R)                                                     \
+    switch (nv) {                                                               \
+        case 1: vecmat_block_avx512(i, k, m, a, x, ld, y, R, 1); break;         \
+        case 2: vecmat_block_avx512(i, k, m, a, x, ld, y, R, 2); break;         \
+        case 3: vecmat_block_avx512(i, k, m, a, x, ld, y, R, 3); break;         \
+        default: vecmat_block_avx512(i, k, m, a, x, ld, y, R, 4); break;       \
+    }
+
+/* vecmat: blocks of 64 columns, the last one only as many vectors as columns are left (the
+ * scores of a row with few keys), each column's sum over j in order as in the scalar set. */
+AVX512 static void vecmat_avx512(int n, int m, const float *const *a, int R, const float *x,
+                                 int64_t ld, float *const *y) {
+    for (int i = 0; i < n; i += 64) {
+        const __mmask16 k[4] = {left_mask(n - i), left_mask(n - i - 16), left_mask(n - i - 32),
+                                left_mask(n - i - 48)};
+        const int nv = n - i >= 64 ? 4 : (n - i + 15) / 16;
+        switch (R) {
+            case 1: VECMAT_NV_SWITCH(1) break;
+            case 2: VECMAT_NV_SWITCH(2) break;
+            case 3: VECMAT_NV_SWITCH(3) break;
+            default: VECMAT_NV_SWITCH(4) break;
+        }
     }
 }
 
@@ -664,7 +705,7 @@ AVX512VNNI static INLINE __m512i bcast_codes_vnni(const int8_t *q) {
 }
 
 AVX512VNNI static INLINE void q8_packed_vnni(int n_blocks, const uint8_t *w, const QAct *const *x,
-                                             float *out, const int NX) {
+                                             float *out, int64_t ldo, const int NX) {
     const uint8_t *codes = w + PACK_ROWS * 4;
     __m512 acc[PACK_MAX_NX];
     #pragma GCC unroll 8
@@ -674,6 +715,11 @@ AVX512VNNI static INLINE void q8_packed_vnni(int n_blocks, const uint8_t *w, con
         __m512i wv[8];
         #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) wv[k] = _mm512_loadu_si512(rec + 64 * k);
+        /* all 8 lines loaded here, in address order: left to itself GCC may sink the loads into
+         * the dot chain and issue the block's last line first, which at decode (a DRAM-bound
+         * stream) defeated the hardware prefetcher and cost ~20% */
+        __asm__ volatile("" : "+v"(wv[0]), "+v"(wv[1]), "+v"(wv[2]), "+v"(wv[3]), "+v"(wv[4]),
+                         "+v"(wv[5]), "+v"(wv[6]), "+v"(wv[7]));
         #pragma GCC unroll 8
         for (int r = 0; r < NX; r++) {
             const int8_t *xq = x[r]->q + 32 * b;
@@ -689,11 +735,11 @@ AVX512VNNI static INLINE void q8_packed_vnni(int n_blocks, const uint8_t *w, con
     }
     __m512 sc = _mm512_loadu_ps((const float *)w);
     #pragma GCC unroll 8
-    for (int r = 0; r < NX; r++) _mm512_storeu_ps(out + r * PACK_ROWS, _mm512_mul_ps(acc[r], sc));
+    for (int r = 0; r < NX; r++) _mm512_storeu_ps(out + r * ldo, _mm512_mul_ps(acc[r], sc));
 }
 
 AVX512VNNI static INLINE void q4_packed_vnni(int n_blocks, const uint8_t *w, const QAct *const *x,
-                                             float *out, const int NX) {
+                                             float *out, int64_t ldo, const int NX) {
     const __m512i low4 = _mm512_set1_epi8(0x0F);
     __m512 acc[PACK_MAX_NX];
     #pragma GCC unroll 8
@@ -724,7 +770,7 @@ AVX512VNNI static INLINE void q4_packed_vnni(int n_blocks, const uint8_t *w, con
         }
     }
     #pragma GCC unroll 8
-    for (int r = 0; r < NX; r++) _mm512_storeu_ps(out + r * PACK_ROWS, acc[r]);
+    for (int r = 0; r < NX; r++) _mm512_storeu_ps(out + r * ldo, acc[r]);
 }
 
 /* quantize_q8_0 with the same fp32 operations as the scalar reference: vcvtps2dq rounds half to
@@ -746,13 +792,13 @@ AVX512 static void quantize_q8_0_avx512(int n_blocks, const float *x, int8_t *q,
 }
 
 AVX512VNNI static void dot_q8_packed_vnni(int n_blocks, const uint8_t *w, const QAct *const *x,
-                                          int nx, float *out) {
-    PACKED_SWITCH(q8_packed_vnni, n_blocks, w, x, out)
+                                          int nx, float *out, int64_t ldo) {
+    PACKED_SWITCH(q8_packed_vnni, n_blocks, w, x, out, ldo)
 }
 
 AVX512VNNI static void dot_q4_packed_vnni(int n_blocks, const uint8_t *w, const QAct *const *x,
-                                          int nx, float *out) {
-    PACKED_SWITCH(q4_packed_vnni, n_blocks, w, x, out)
+                                          int nx, float *out, int64_t ldo) {
+    PACKED_SWITCH(q4_packed_vnni, n_blocks, w, x, out, ldo)
 }
 
 static const Kernels AVX2_SET = {"avx2",      dot_f32_avx2,       dot_q8_avx2,

@@ -21,26 +21,32 @@ namespace ats {
 
 static const int64_t NB = 64; /* activation rows per block (fp32-activation path) */
 
-void qact_build(ThreadPool *pool, const Kernels *k, const float *x, int64_t N, int64_t C,
-                QActRows *a) {
+void qact_resize(QActRows *a, int64_t N, int64_t C) {
     const int64_t nb = C / 32;
     a->q.resize((size_t)(N * C));
     a->d.resize((size_t)(N * nb));
     a->sum.resize((size_t)(N * nb));
     a->rows.resize((size_t)N);
-    pool->run_sized((int)N, N * C * 8, [&](int task) {
-        int64_t n = task;
-        int8_t *q = a->q.data() + n * C;
-        float *d = a->d.data() + n * nb;
-        int32_t *sum = a->sum.data() + n * nb;
-        k->quantize_q8_0((int)nb, x + n * C, q, d);
-        for (int64_t b = 0; b < nb; b++) {
-            int32_t s = 0;
-            for (int j = 0; j < 32; j++) s += q[b * 32 + j];
-            sum[b] = s;
-        }
-        a->rows[(size_t)n] = {q, d, sum};
-    });
+}
+
+void qact_row(const Kernels *k, const float *x, int64_t C, int64_t n, QActRows *a) {
+    const int64_t nb = C / 32;
+    int8_t *q = a->q.data() + n * C;
+    float *d = a->d.data() + n * nb;
+    int32_t *sum = a->sum.data() + n * nb;
+    k->quantize_q8_0((int)nb, x, q, d);
+    for (int64_t b = 0; b < nb; b++) {
+        int32_t s = 0;
+        for (int j = 0; j < 32; j++) s += q[b * 32 + j];
+        sum[b] = s;
+    }
+    a->rows[(size_t)n] = {q, d, sum};
+}
+
+void qact_build(ThreadPool *pool, const Kernels *k, const float *x, int64_t N, int64_t C,
+                QActRows *a) {
+    qact_resize(a, N, C);
+    pool->run_sized((int)N, N * C * 8, [&](int n) { qact_row(k, x + (int64_t)n * C, C, n, a); });
 }
 
 Weight weight_slice(const Weight &s, int64_t e) {
@@ -109,12 +115,16 @@ static void packed_task(const Kernels *k, const MatmulJob &j, int64_t g_begin, i
             const QAct *qa[PACK_MAX_NX];
             for (int r = 0; r < nx; r++) qa[r] = &j.x[n + r];
             for (int64_t g = t0; g < t1; g++) {
-                float out[PACK_MAX_NX * PACK_ROWS];
-                dot(n_blocks, w.packed + g * group_bytes, qa, nx, out);
+                float *dst = j.y + n * O + PACK_ROWS * g;
                 int nw = (int)std::min<int64_t>(PACK_ROWS, O - PACK_ROWS * g);
+                if (nw == PACK_ROWS) { /* a whole group: straight into y */
+                    dot(n_blocks, w.packed + g * group_bytes, qa, nx, dst, O);
+                    continue;
+                }
+                float out[PACK_MAX_NX * PACK_ROWS];
+                dot(n_blocks, w.packed + g * group_bytes, qa, nx, out, PACK_ROWS);
                 for (int r = 0; r < nx; r++) {
-                    float *dst = j.y + (n + r) * O + PACK_ROWS * g;
-                    for (int i = 0; i < nw; i++) dst[i] = out[r * PACK_ROWS + i];
+                    for (int i = 0; i < nw; i++) dst[r * O + i] = out[r * PACK_ROWS + i];
                 }
             }
         }

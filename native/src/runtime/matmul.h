@@ -42,6 +42,13 @@ struct QActRows {
     std::vector<QAct> rows;
 };
 
+/* Sizes a for N rows of C activations (C % 32 == 0) without filling them. */
+void qact_resize(QActRows *a, int64_t N, int64_t C);
+
+/* Quantizes one row x (C) into row n of a (sized by qact_resize): lets a pool task that makes
+ * the row (RMSNorm, SwiGLU's gate) quantize it while it is in L1, without a job of its own. */
+void qact_row(const Kernels *k, const float *x, int64_t C, int64_t n, QActRows *a);
+
 /* Quantizes x (N, C), C % 32 == 0, into a->rows[0..N) (rows spread over the pool). */
 void qact_build(ThreadPool *pool, const Kernels *k, const float *x, int64_t N, int64_t C,
                 QActRows *a);
