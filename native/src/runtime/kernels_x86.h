@@ -1,0 +1,51 @@
+/* x86 kernels, shared by kernels_avx2.cpp and kernels_avx512.cpp: each kernel is compiled for its
+ * ISA with __attribute__((target)) and only called after CPUID says the CPU has it (kernels.cpp).
+ * fp32-activation kernels: a block of NW weight rows x NX activation rows keeps NW*NX
+ * accumulators in registers; int8 and int4 codes are widened, converted and scaled in registers
+ * (one dequantization per weight vector serves all NX activation rows). Integer kernels (packed
+ * layouts, repack.h): one weight row per 32-bit lane, NX (1..8) activation rows per call, each
+ * block's weight vectors unpacked once for all of them. Block shapes are compile-time constants
+ * of always-inline helpers, so each shape gets fully unrolled code. */
+#pragma once
+
+#include "kernels.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+/* GCC 12 warns falsely inside its own AVX-512 headers (_mm512_undefined_* idiom). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+#define AVX512VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+#define INLINE inline __attribute__((always_inline))
+
+/* nx = 1..PACK_MAX_NX as compile-time shapes; the two 8-row halves one after the other */
+#define PACKED_SWITCH(KERNEL, ...)                      \
+    switch (nx) {                                       \
+        case 1: KERNEL(__VA_ARGS__, 1); break;          \
+        case 2: KERNEL(__VA_ARGS__, 2); break;          \
+        case 3: KERNEL(__VA_ARGS__, 3); break;          \
+        case 4: KERNEL(__VA_ARGS__, 4); break;          \
+        case 5: KERNEL(__VA_ARGS__, 5); break;          \
+        case 6: KERNEL(__VA_ARGS__, 6); break;          \
+        case 7: KERNEL(__VA_ARGS__, 7); break;          \
+        default: KERNEL(__VA_ARGS__, 8); break;         \
+    }
+
+namespace ats {
+
+/* The AVX2 integer dots on the packed layouts, which the AVX-512 set without VNNI reuses
+ * (AVX-512BW implies AVX2). */
+AVX2 void dot_q8_packed_avx2(int n_blocks, const uint8_t *w, const QAct *const *x, int nx,
+                             float *out, int64_t ldo);
+AVX2 void dot_q4_packed_avx2(int n_blocks, const uint8_t *w, const QAct *const *x, int nx,
+                             float *out, int64_t ldo);
+
+}  // namespace ats
+
+#endif
