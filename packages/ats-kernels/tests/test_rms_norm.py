@@ -40,3 +40,11 @@ def test_gradcheck() -> None:
     x = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
     w = torch.randn(5, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda a, b: ref_rms_norm(a, b, 1e-5), (x, w))
+
+
+def test_out_dtype_casts_the_promoted_result() -> None:
+    torch.manual_seed(0)
+    x, w = torch.randn(3, 16), torch.randn(16)
+    out = ref_rms_norm(x, w, 1e-5, torch.bfloat16)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out, ref_rms_norm(x, w, 1e-5).bfloat16(), rtol=0, atol=0)

@@ -108,3 +108,45 @@ def test_rms_norm_residual_bf16_residual_onto_fp32_stream(device: str, close) ->
     assert grads[1].dtype == torch.bfloat16
     for name, got, want in zip(("dx", "da", "dw"), grads, grads_ref, strict=True):
         close(got, want, name)
+
+
+@pytest.mark.parametrize("residual", [False, True])
+def test_out_dtype_is_the_reference_cast_to_it(device: str, residual: bool, close) -> None:
+    """An fp32 stream written straight as bf16 (what autocast's next matmul would cast it to):
+    the reference's fp32 result cast to bf16 (bitwise but for a few rounding-boundary elements,
+    whose fp32 statistics differ in the last bit), and the same gradients."""
+    from ats_kernels import ref_rms_norm_residual
+    from ats_kernels.triton import rms_norm, rms_norm_residual
+
+    g = torch.Generator(device=device).manual_seed(3)
+    shape = (2, 7, 96) if device == "cpu" else (8, 1024, 768)
+    x = torch.randn(shape, generator=g, device=device).requires_grad_()
+    a = torch.randn(shape, generator=g, device=device).bfloat16().requires_grad_()
+    w = (torch.randn(shape[-1], generator=g, device=device) + 1).requires_grad_()
+    if residual:
+        y, h = rms_norm_residual(x, a, w, 1e-5, torch.bfloat16)
+        y_fp32, h_ref = ref_rms_norm_residual(x, a, w, 1e-5)
+        outs, outs_ref, inputs = (y, h), (y_fp32.bfloat16(), h_ref), (x, a, w)
+    else:
+        y = rms_norm(x, w, 1e-5, torch.bfloat16)
+        y_fp32 = ref_rms_norm(x, w, 1e-5)
+        outs, outs_ref, inputs = (y,), (y_fp32.bfloat16(),), (x, w)
+    assert y.dtype == torch.bfloat16
+    torch.testing.assert_close(y, outs_ref[0], rtol=0, atol=2**-7 * y_fp32.abs().max().item())
+    if device == "cuda":  # Triton's CPU interpreter truncates fp32 -> bf16 instead of rounding
+        exact = (y == outs_ref[0]).float().mean().item()
+        assert exact > 0.999, f"only {exact:.4f} of the bf16 outputs equal the cast reference"
+    cotangents = [torch.randn(o.shape, generator=g, device=device).to(o.dtype) for o in outs]
+    grads = torch.autograd.grad(outs, inputs, cotangents)
+    grads_ref = torch.autograd.grad(outs_ref, inputs, cotangents)
+    for i, (got, want) in enumerate(zip(grads, grads_ref, strict=True)):
+        assert got.dtype == want.dtype
+        close(got, want, f"grad {i}")
+
+
+def test_out_dtype_rejects_float64(device: str) -> None:
+    from ats_kernels.triton import rms_norm
+
+    x = torch.randn(2, 8, device=device)
+    with pytest.raises(TypeError, match="out_dtype = torch.float64"):
+        rms_norm(x, torch.ones(8, device=device), 1e-5, torch.float64)

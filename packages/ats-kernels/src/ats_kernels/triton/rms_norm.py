@@ -45,8 +45,8 @@ def _rms_norm_fwd_kernel(
     xf = x.to(tl.float32)
     rstd = tl.rsqrt(tl.sum(xf * xf, axis=1) / N + eps)  # (BLOCK_M,)
     normed = (xf * rstd[:, None]).to(X.dtype.element_ty).to(tl.float32)  # rounded, as HF does
-    tl.store(Y + rows * stride_y + cols[None, :], (normed * w[None, :]).to(Y.dtype.element_ty),
-             mask=mask)  # fmt: skip
+    y = (normed * w[None, :]).to(Y.dtype.element_ty, fp_downcast_rounding="rtne")  # as torch
+    tl.store(Y + rows * stride_y + cols[None, :], y, mask=mask)
     tl.store(RSTD + row_ids, rstd, mask=row_ids < M)
 
 
@@ -100,19 +100,26 @@ def _as_rows(t: torch.Tensor) -> torch.Tensor:
     return rows if rows.stride(-1) == 1 else rows.contiguous()
 
 
-def _check(x: torch.Tensor, weight: torch.Tensor, op: str) -> None:
-    if x.dtype not in _IO_DTYPES:
-        raise TypeError(f"{op}: x.dtype = {x.dtype}; the Triton kernel supports {_IO_DTYPES}")
+def _check(x: torch.Tensor, weight: torch.Tensor, op: str, out_dtype: torch.dtype | None) -> None:
+    for name, dtype in (("x.dtype", x.dtype), ("out_dtype", out_dtype or x.dtype)):
+        if dtype not in _IO_DTYPES:
+            raise TypeError(f"{op}: {name} = {dtype}; the Triton kernel supports {_IO_DTYPES}")
     if weight.shape != (x.shape[-1],):
         raise ValueError(f"{op}: weight shape {tuple(weight.shape)} != ({x.shape[-1]},)")
 
 
-def _forward(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float):
+def _forward(
+    x: torch.Tensor,
+    residual: torch.Tensor | None,
+    weight: torch.Tensor,
+    eps: float,
+    out_dtype: torch.dtype | None,
+):
     x2 = _as_rows(x)
     weight = weight.contiguous()
     M, N = x2.shape
     block_m, block_n, warps = _tile(N, FWD_TILE, "rms_norm")
-    out_dtype = torch.promote_types(x.dtype, weight.dtype)
+    out_dtype = out_dtype or torch.promote_types(x.dtype, weight.dtype)
     y = torch.empty((M, N), device=x.device, dtype=out_dtype)
     rstd = torch.empty((M,), device=x.device, dtype=torch.float32)
     if residual is not None:
@@ -153,8 +160,8 @@ def _backward(dy: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor, rstd: to
 
 class _RMSNorm(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        y, x2, rstd = _forward(x, None, weight, eps)
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float, out_dtype) -> torch.Tensor:
+        y, x2, rstd = _forward(x, None, weight, eps, out_dtype)
         ctx.save_for_backward(x2, weight, rstd)
         ctx.x_shape = x.shape
         return y.view(x.shape)
@@ -163,13 +170,13 @@ class _RMSNorm(torch.autograd.Function):
     def backward(ctx, dy: torch.Tensor):
         x2, weight, rstd = ctx.saved_tensors
         dx, dw = _backward(dy, x2, weight, rstd, None)
-        return dx.view(ctx.x_shape), dw, None
+        return dx.view(ctx.x_shape), dw, None, None
 
 
 class _RMSNormResidual(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float):
-        y, h, rstd = _forward(x, residual, weight, eps)
+    def forward(ctx, x, residual, weight, eps: float, out_dtype):
+        y, h, rstd = _forward(x, residual, weight, eps, out_dtype)
         ctx.save_for_backward(h, weight, rstd)
         ctx.x_shape, ctx.residual_dtype = x.shape, residual.dtype
         return y.view(x.shape), h.view(x.shape)
@@ -179,24 +186,30 @@ class _RMSNormResidual(torch.autograd.Function):
         h, weight, rstd = ctx.saved_tensors
         dx, dw = _backward(dy, h, weight, rstd, dh)
         dx = dx.view(ctx.x_shape)
-        return dx, dx.to(ctx.residual_dtype), dw, None  # h = x + residual: both get dh
+        return dx, dx.to(ctx.residual_dtype), dw, None, None  # h = x + residual: both get dh
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """Same result as ref_rms_norm(x, weight, eps); x (..., C) in fp32/fp16/bf16."""
-    _check(x, weight, "rms_norm")
-    return _RMSNorm.apply(x, weight, eps)
+def rms_norm(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, out_dtype: torch.dtype | None = None
+) -> torch.Tensor:
+    """Same result as ref_rms_norm(x, weight, eps, out_dtype); x (..., C) in fp32/fp16/bf16."""
+    _check(x, weight, "rms_norm", out_dtype)
+    return _RMSNorm.apply(x, weight, eps, out_dtype)
 
 
 def rms_norm_residual(
-    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    out_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """h = x + residual (in x.dtype); returns (ref_rms_norm(h, weight, eps), h) in one pass.
-    residual may be of a lower precision that promotes to x.dtype (torch's x + residual)."""
-    _check(x, weight, "rms_norm_residual")
+    """h = x + residual (in x.dtype); returns (ref_rms_norm(h, weight, eps, out_dtype), h) in one
+    pass. residual may be of a lower precision that promotes to x.dtype (torch's x + residual)."""
+    _check(x, weight, "rms_norm_residual", out_dtype)
     if residual.shape != x.shape or torch.promote_types(x.dtype, residual.dtype) != x.dtype:
         raise ValueError(
             f"rms_norm_residual: residual {tuple(residual.shape)} {residual.dtype} must have "
             f"x's shape {tuple(x.shape)} and a dtype that promotes to x's {x.dtype}"
         )
-    return _RMSNormResidual.apply(x, residual, weight, eps)
+    return _RMSNormResidual.apply(x, residual, weight, eps, out_dtype)

@@ -1,5 +1,9 @@
 """RMSNorm module; the math is the kernel set's rms_norm (fp32 inside, HF LlamaRMSNorm order), or
-rms_norm_residual when the residual add before it is fused in."""
+rms_norm_residual when the residual add before it is fused in.
+
+Under autocast the output is written in the autocast dtype: every consumer of a norm (q/k/v,
+FFN and router projections, the LM head) is a matmul that would cast it to that dtype first, so
+the values it sees are the same and the fp32 round trip through memory is gone."""
 
 import torch
 from ats_kernels import KernelSet
@@ -22,6 +26,8 @@ class RMSNorm(nn.Module):
         """norm(x); with `residual`, (norm(x + residual), x + residual) from one fused pass.
         Both go through forward, not a method that reads self.weight, so ZeRO-3's module hooks
         gather the weight either way."""
+        device = x.device.type
+        out_dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
         if residual is None:
-            return self.kernels.rms_norm(x, self.weight, self.eps)
-        return self.kernels.rms_norm_residual(x, residual, self.weight, self.eps)
+            return self.kernels.rms_norm(x, self.weight, self.eps, out_dtype)
+        return self.kernels.rms_norm_residual(x, residual, self.weight, self.eps, out_dtype)
