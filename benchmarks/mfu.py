@@ -10,8 +10,9 @@ torch.cuda.synchronize calls. MFU = tokens/s x ats_model.flops_per_token (6 x ac
 
 GPU: PYTHONPATH=$(ls -d $PWD/packages/*/src | tr '\\n' ':') python3 benchmarks/mfu.py
 CPU smoke: uv run --no-sync python benchmarks/mfu.py --device cpu --preset tiny-dense --steps 3
---cuda-graphs replays forward + backward from CUDA graphs (train.cuda_graphs, eager: the lever for
-host-bound steps such as the MoE's). --profile DIR traces 3 more steps per run (ats_train.profiling: DIR/<run>/summary.txt, trace).
+--cuda-graphs replays forward + backward from CUDA graphs (train.cuda_graphs, compiled blocks
+included unless --no-compile: the lever for host-bound steps such as the MoE's).
+--profile DIR traces 3 more steps per run (ats_train.profiling: DIR/<run>/summary.txt, trace).
 Prints one JSON line per (preset, kernels) run, then one comparison line per preset:
   {"name", "ours", "baseline", "ratio", "hardware", "mfu", ...} (ours = auto, baseline = reference).
 """
@@ -54,7 +55,8 @@ def run(preset: str, kernels: str, sdpa: str, args: argparse.Namespace) -> dict:
     """Build through ats_train, train args.warmup + args.steps steps, return the measurement."""
     config = build_config({
         "model.preset": preset, "kernels": kernels, "train.device": args.device,
-        "train.precision": args.precision, "train.compile": args.compile,
+        "train.precision": args.precision, "train.residual_stream": args.residual_stream,
+        "train.compile": args.compile,
         "train.cuda_graphs": args.cuda_graphs,
         "train.batch_size": args.batch, "train.seq_len": args.seq_len, "train.sdpa_backend": sdpa,
     })  # fmt: skip
@@ -134,6 +136,7 @@ def run(preset: str, kernels: str, sdpa: str, args: argparse.Namespace) -> dict:
         "mfu": None if peak is None else round(tokens_per_s * fpt / peak, 4),
         "flops_per_token": fpt, "active_params": count_params(model_config)[1],
         "batch": train.batch_size, "seq_len": train.seq_len, "precision": train.precision,
+        "residual_stream": train.residual_stream,
         "compile": train.compile, "cuda_graphs": train.cuda_graphs, "warmup_steps": args.warmup, "timed_steps": args.steps,
         "warmup_s": round(warmup_s, 1), "final_loss": round(float(loss), 4),
         "graph_breaks": sum(counters["graph_break"].values()),
@@ -160,13 +163,19 @@ def main() -> None:
     )
     parser.add_argument("--precision", default="bf16", choices=("bf16", "fp32"))
     parser.add_argument(
+        "--residual-stream",
+        default="fp32",
+        choices=("fp32", "autocast"),
+        help="train.residual_stream",
+    )
+    parser.add_argument(
         "--profile", type=Path, default=None, help="also trace 3 steps per run into this dir"
     )
     parser.add_argument("--no-compile", dest="compile", action="store_false", default=None)
     parser.add_argument(
         "--cuda-graphs",
         action="store_true",
-        help="train.cuda_graphs (forward + backward replayed from CUDA graphs; implies --no-compile)",
+        help="train.cuda_graphs (forward + backward replayed from CUDA graphs, compiled or not)",
     )
     args = parser.parse_args()
     cuda = args.device == "cuda"
@@ -174,8 +183,6 @@ def main() -> None:
         raise SystemExit("benchmarks/mfu.py: no CUDA device (use --device cpu for a smoke run)")
     defaults = {"batch": 32 if cuda else 2, "seq_len": 1024 if cuda else 64,
                 "warmup": 3 if cuda else 1, "steps": 10 if cuda else 3, "compile": cuda}  # fmt: skip
-    if args.cuda_graphs:
-        defaults["compile"] = False  # the trainer takes one or the other
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)

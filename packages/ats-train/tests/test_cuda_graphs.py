@@ -36,7 +36,6 @@ def _config(prepared: tuple[Path, Path], **extra: object):
         ({"train.micro_batch_size": 2}, "train.micro_batch_size = 2 accumulates"),
         ({"model.preset": "tiny-mod"}, "model.family is 'mod'"),
         ({"model.moe.capacity_factor": 1.25}, "model.moe.capacity_factor is set"),
-        ({"train.compile": True}, "choose compile or cuda_graphs"),
         ({"faults.oom_at_step": 3}, "faults.oom_at_step = 3"),
     ],
 )
@@ -53,7 +52,9 @@ def test_refuses_cpu_before_writing_anything(prepared, tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
-def _losses_and_weights(prepared, run_dir: Path, graphs: bool, preset: str, sdpa: str):
+def _losses_and_weights(
+    prepared, run_dir: Path, graphs: bool, preset: str, sdpa: str, compile: bool = False
+):
     run_dir.mkdir()
     config = _config(
         prepared,
@@ -63,6 +64,7 @@ def _losses_and_weights(prepared, run_dir: Path, graphs: bool, preset: str, sdpa
             "train.precision": "bf16",
             "model.dropout": 0.1,
             "train.sdpa_backend": sdpa,  # named: "auto" may choose differently in each run
+            "train.compile": compile,
         },
     )
     trainer = build_trainer(config, run_dir)
@@ -83,6 +85,22 @@ def test_graphed_training_matches_eager(prepared, tmp_path: Path, preset: str, s
     again, w_again = _losses_and_weights(prepared, tmp_path / "again", True, preset, sdpa)
     assert graphed == again
     assert all(torch.equal(w_graphed[n], w_again[n]) for n in w_graphed)
+    assert graphed == pytest.approx(eager, rel=2e-3), (graphed, eager)
+    for name, w in w_eager.items():
+        torch.testing.assert_close(w_graphed[name], w, rtol=2e-2, atol=2e-3, msg=name)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("preset", ["tiny-dense", "tiny-moe"])
+def test_graphed_compiled_training_matches_compiled_eager(
+    prepared, tmp_path: Path, preset: str
+) -> None:
+    """train.compile + train.cuda_graphs: the compiled blocks, captured after capture's warm-up
+    compiled them, train as the compiled eager run does."""
+    eager, w_eager = _losses_and_weights(prepared, tmp_path / "eager", False, preset, "flash", True)
+    graphed, w_graphed = _losses_and_weights(
+        prepared, tmp_path / "graphed", True, preset, "flash", True
+    )
     assert graphed == pytest.approx(eager, rel=2e-3), (graphed, eager)
     for name, w in w_eager.items():
         torch.testing.assert_close(w_graphed[name], w, rtol=2e-2, atol=2e-3, msg=name)

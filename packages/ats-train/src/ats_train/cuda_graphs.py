@@ -6,8 +6,10 @@ GPU work on the H200. A captured graph pair (torch.cuda.make_graphed_callables) 
 them with one launch each way.
 
 Captured once, on the first batch, under the run's autocast (with its weight-cast cache off, as
-graphs require). What it needs, checked by config validation: CUDA, the single backend, no gradient
-accumulation, no Mixture-of-Depths (its top-k capacity reads a count on the host) and no MoE
+graphs require). With train.compile the compiled blocks are captured too: capture's warm-up
+iterations run (and so compile) the forward and backward first, and a replay never re-enters
+Python, so nothing is guarded or recompiled afterwards. What it needs, checked by config
+validation: CUDA, the single backend, no gradient accumulation, no Mixture-of-Depths (its top-k capacity reads a count on the host) and no MoE
 capacity factor (the kept-slot count is read on the host); dropless MoE is fine (every shape is
 static, the kernels never synchronize). Dropout draws fresh numbers on every replay (the CUDA
 generator's philox offset advances per replay).
@@ -51,7 +53,6 @@ def check_cuda_graphs(
             f"= {train.micro_batch_size} accumulates gradients; replayed gradient buffers are "
             "reused, so graphs need one micro-batch per step",
         ),
-        "train.compile": (not train.compile, "= true; choose compile or cuda_graphs, not both"),
         "model.family": (
             model.mod is None,
             f"is {model.family!r}: Mixture-of-Depths reads its token count on the host",
