@@ -1,7 +1,10 @@
 """Run by test_model_kernel_parity.py in a process with TRITON_INTERPRET=1 (or on a CUDA device):
 one model built twice, kernels="reference" and kernels="triton", same weights and batch; prints
-JSON {loss, triton_loss, max_grad_rel_err}. argv: PRESET DEVICE"""
+JSON {loss, triton_loss, max_grad_rel_err}. argv: PRESET DEVICE MODE, MODE "fp32" (no autocast)
+or "bf16-stream" (bf16 autocast with the residual stream in bf16: the norms write bf16, the fused
+residual add runs on a bf16 stream)."""
 
+import contextlib
 import json
 import sys
 
@@ -9,14 +12,21 @@ import torch
 from ats_model import build_model, presets
 
 
-def loss_and_grads(model: torch.nn.Module, x: torch.Tensor) -> tuple[float, dict]:
-    out = model(x, targets=x.roll(-1, dims=1))
+def loss_and_grads(model: torch.nn.Module, x: torch.Tensor, mode: str) -> tuple[float, dict]:
+    model.autocast_residual = mode == "bf16-stream"
+    autocast = (
+        torch.autocast(x.device.type, dtype=torch.bfloat16)
+        if mode == "bf16-stream"
+        else contextlib.nullcontext()
+    )
+    with autocast:
+        out = model(x, targets=x.roll(-1, dims=1))
     loss = out.loss + 0.01 * sum(out.aux.values())
     loss.backward()
     return loss.item(), {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
 
 
-def main(preset: str, device: str) -> None:
+def main(preset: str, device: str, mode: str) -> None:
     config = presets.get(preset)
     torch.manual_seed(0)
     reference = build_model(config, device=torch.device(device), kernels="reference")
@@ -24,8 +34,8 @@ def main(preset: str, device: str) -> None:
     fast.load_state_dict(reference.state_dict())
     x = torch.randint(0, config.vocab_size, (2, 32), generator=torch.Generator().manual_seed(1))
     x = x.to(device)
-    loss, grads = loss_and_grads(reference, x)
-    fast_loss, fast_grads = loss_and_grads(fast, x)
+    loss, grads = loss_and_grads(reference, x, mode)
+    fast_loss, fast_grads = loss_and_grads(fast, x, mode)
     assert grads.keys() == fast_grads.keys()
     err = max(
         ((fast_grads[n] - g).norm() / g.norm().clamp_min(1e-12)).item() for n, g in grads.items()
@@ -34,4 +44,4 @@ def main(preset: str, device: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2], sys.argv[3])

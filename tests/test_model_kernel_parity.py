@@ -1,6 +1,7 @@
 """The whole model on the Triton kernel set (Triton's CPU interpreter here, compiled on a GPU)
 against the reference kernel set: the same loss and gradients for a dense and a MoE+MoD preset, so
-every kernel is checked where the model calls it (layouts, dtypes, the fused residual + RMSNorm)."""
+every kernel is checked where the model calls it (layouts, dtypes, the fused residual + RMSNorm),
+in fp32 and under bf16 autocast with a bf16 residual stream."""
 
 import json
 import os
@@ -14,15 +15,21 @@ import torch
 SCRIPT = Path(__file__).with_name("model_kernel_parity.py")
 
 
+# (loss rel, max gradient rel err): fp32 kernels reduce in other orders than torch (~1e-6); in bf16
+# one rounding flip in a norm output moves a gradient by ~2^-8 relative
+TOLERANCE = {"fp32": (1e-5, 1e-4), "bf16-stream": (1e-3, 6e-2)}
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("mode", ["fp32", "bf16-stream"])
 @pytest.mark.parametrize("preset", ["tiny-dense", "tiny-hybrid"])
-def test_triton_kernel_set_matches_reference(preset: str) -> None:
+def test_triton_kernel_set_matches_reference(preset: str, mode: str) -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     env = {**os.environ}
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"  # set before the fresh process imports triton
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), preset, device],
+        [sys.executable, str(SCRIPT), preset, device, mode],
         env=env,
         capture_output=True,
         text=True,
@@ -30,6 +37,6 @@ def test_triton_kernel_set_matches_reference(preset: str) -> None:
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    # fp32 throughout; kernels reduce in other orders than torch: ~1e-6 relative
-    assert result["triton_loss"] == pytest.approx(result["loss"], rel=1e-5)
-    assert result["max_grad_rel_err"] < 1e-4
+    loss_rel, grad_rel = TOLERANCE[mode]
+    assert result["triton_loss"] == pytest.approx(result["loss"], rel=loss_rel)
+    assert result["max_grad_rel_err"] < grad_rel, result

@@ -283,3 +283,36 @@ def test_init_weights_module_by_module_inside_gathered(make_config, family: str)
     got = model.state_dict()
     for name, value in want.items():
         torch.testing.assert_close(got[name], value, rtol=0, atol=0, msg=name)
+
+
+@pytest.mark.parametrize("family", ["dense", "hybrid"])
+def test_autocast_residual_carries_the_stream_in_bf16(make_config, family: str) -> None:
+    """Under autocast the flag puts every block's input in bf16 (off: the embedding's fp32); the
+    loss stays within bf16 rounding of the fp32-stream loss, the fp32 embedding still gets its
+    gradient, and without autocast the flag changes nothing."""
+    torch.manual_seed(0)
+    model = build_model(make_config(family))
+    idx = torch.randint(0, model.config.vocab_size, (2, 12))
+    seen: list[torch.dtype] = []
+    hooks = [
+        block.register_forward_pre_hook(lambda m, args: seen.append(args[0].dtype))
+        for block in model.layers
+    ]
+    losses = {}
+    for flag in (False, True):
+        model.autocast_residual = flag
+        seen.clear()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            losses[flag] = model(idx, targets=idx).loss
+        want = torch.bfloat16 if flag else torch.float32
+        assert seen == [want] * len(model.layers), (flag, seen)
+    torch.testing.assert_close(losses[True].float(), losses[False].float(), rtol=2e-2, atol=0)
+    losses[True].backward()
+    grad = model.tok_embeddings.weight.grad
+    assert grad is not None and grad.dtype == torch.float32 and grad.abs().sum() > 0
+    for hook in hooks:
+        hook.remove()
+    model.autocast_residual = True
+    with_flag = model(idx).logits
+    model.autocast_residual = False
+    torch.testing.assert_close(with_flag, model(idx).logits, rtol=0, atol=0)

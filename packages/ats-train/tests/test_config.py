@@ -84,6 +84,11 @@ def test_unknown_key_in_a_file_suggests_the_nearest(tmp_path: Path) -> None:
         (["train.compile=maybe"], "train.compile = 'maybe' is not a valid bool"),
         (["optim.betas=[0.9]"], "expected 2 values"),
         (["train.precision=fp8"], "train.precision = 'fp8' is not one of fp32, bf16, fp16"),
+        (
+            ["train.residual_stream=bf16"],
+            "train.residual_stream = 'bf16' is not one of fp32, autocast$",
+        ),
+        (["train.residual_stream=autocast"], "'autocast' needs train.precision bf16 or fp16"),
         (["train.steps=0"], "train.steps = 0 must be > 0"),
         (["optim.min_lr=1", "optim.lr=0.1"], "optim.min_lr = 1.0 must be in"),
         (["train.batch_size=6", "train.micro_batch_size=4"], "not a multiple"),

@@ -54,3 +54,10 @@ def test_compile_matches_eager_on_cuda(preset: str) -> None:
     torch.testing.assert_close(compiled_loss, loss, rtol=1e-10, atol=1e-12)
     for name, g in grads.items():
         torch.testing.assert_close(compiled_grads[name], g, rtol=1e-8, atol=1e-10, msg=name)
+
+
+@pytest.mark.parametrize(("stream", "want"), [("fp32", False), ("autocast", True)])
+def test_residual_stream_sets_the_models_autocast_residual(stream: str, want: bool) -> None:
+    model = _model()
+    parallelize(model, TrainSection(precision="bf16", residual_stream=stream))
+    assert model.autocast_residual is want

@@ -32,10 +32,17 @@ def _already_whole(params: list[nn.Parameter]) -> AbstractContextManager[object]
 
 
 class Transformer(nn.Module):
+    """autocast_residual: under autocast, carry the residual stream in the autocast dtype (the
+    embedding's output is cast once; every residual add and norm then moves half the bytes), as
+    Megatron-Core does by default (fp32_residual_connection = False). Off, the stream stays in
+    the embedding's fp32. A training choice (ats-train's train.residual_stream), not part of the
+    model's config: without autocast it changes nothing."""
+
     def __init__(self, config: ModelConfig, kernels: KernelSet) -> None:
         super().__init__()
         self.config = config
         self.kernels = kernels
+        self.autocast_residual = False
         spec = families.get(config.family)
         # weight passed in: nn.Embedding's own N(0, 1) init is skipped (init_weights owns init)
         self.tok_embeddings = nn.Embedding(
@@ -138,6 +145,8 @@ class Transformer(nn.Module):
             causal_routing=causal_routing,
         )
         x = self.emb_drop(self.tok_embeddings(idx))  # (B, T, C)
+        if self.autocast_residual and torch.is_autocast_enabled(idx.device.type):
+            x = x.to(torch.get_autocast_dtype(idx.device.type))
         moe_records: list[MoERecord] = []
         mod_records: list[MoDRecord] = []
         for layer in self.layers:

@@ -22,6 +22,7 @@ from ats_train.errors import ConfigError
 from ats_train.orchestrator.settings import FaultsSection, OrchestratorSection, PlanSection
 
 PRECISIONS = ("fp32", "bf16", "fp16")
+RESIDUAL_STREAMS = ("fp32", "autocast")
 SCHEDULES = ("cosine", "wsd")
 DEVICES = ("auto", "cpu", "cuda")
 SDPA_BACKENDS = ("auto", "default", "cudnn", "flash", "efficient", "math")  # attention_backend.py
@@ -90,6 +91,9 @@ class TrainSection:
     seq_len: int = 128
     seed: int = 1337
     precision: str = "fp32"
+    # the residual stream's dtype under autocast: "fp32" (the embedding's), or "autocast" (bf16 /
+    # fp16, as Megatron-Core carries it by default): half the bytes of every residual add and norm
+    residual_stream: str = "fp32"
     compile: bool = False
     activation_checkpointing: bool = False
     cuda_graphs: bool = False  # forward + backward replayed from CUDA graphs (cuda_graphs.py)
@@ -116,6 +120,12 @@ class TrainSection:
             )
         _require(self.seq_len > 0, f"train.seq_len = {self.seq_len} must be > 0")
         _choice("train.precision", self.precision, PRECISIONS)
+        _choice("train.residual_stream", self.residual_stream, RESIDUAL_STREAMS)
+        _require(
+            self.residual_stream == "fp32" or self.precision != "fp32",
+            "train.residual_stream = 'autocast' needs train.precision bf16 or fp16 (fp32 runs "
+            "without autocast)",
+        )
         _choice("train.device", self.device, DEVICES)
         _choice("train.sdpa_backend", self.sdpa_backend, SDPA_BACKENDS)
         _require(self.eval_every >= 0, f"train.eval_every = {self.eval_every} must be >= 0")

@@ -1,5 +1,5 @@
-"""Training wrappers applied from outside the model, in one fixed order: activation checkpointing,
-then torch.compile, then sharding, which the backend's wrap() does right after (fully_shard per
+"""Training wrappers applied from outside the model, in one fixed order: the residual stream's
+dtype, activation checkpointing, then torch.compile, then sharding, which the backend's wrap() does right after (fully_shard per
 block then the root for fsdp2, DistributedDataParallel for ddp). The model stays single-device math.
 
 All are applied in place, so parameter names and the saved state dict do not change.
@@ -60,6 +60,7 @@ def apply_compile(model: nn.Module) -> None:
 
 
 def parallelize(model: nn.Module, train: TrainSection) -> nn.Module:
+    model.autocast_residual = train.residual_stream == "autocast"
     if train.activation_checkpointing:
         apply_activation_checkpointing(model)
     if train.compile:
