@@ -42,3 +42,21 @@ def test_swiglu_rejects_mismatch(device: str) -> None:
 
     with pytest.raises(ValueError, match="must match"):
         swiglu(torch.randn(2, 3, device=device), torch.randn(2, 4, device=device))
+
+
+def test_swiglu_backward_into_one_fused_gradient(device: str, close) -> None:
+    """out=: d gate and d up written into the two halves of one (M, 2N) buffer, the gradient of a
+    fused gate|up projection, equal to the separate ones."""
+    from ats_kernels.triton.swiglu import swiglu_backward
+
+    torch.manual_seed(0)
+    fused = torch.randn(21, 2 * 150, device=device)
+    gate, up = fused[:, :150], fused[:, 150:]
+    dy = torch.randn(21, 150, device=device)
+    out = torch.full_like(fused, float("nan"))
+    dg, du = swiglu_backward(dy, gate, up, out=out)
+    want_g, want_u = swiglu_backward(dy, gate, up)
+    assert dg.data_ptr() == out.data_ptr() and du.data_ptr() == out[:, 150:].data_ptr()
+    close(out, torch.cat([want_g, want_u], dim=1), "fused gradient")
+    with pytest.raises(ValueError, match=r"out \(21, 299\) must be \(21, 300\)"):
+        swiglu_backward(dy, gate, up, out=out[:, :299])

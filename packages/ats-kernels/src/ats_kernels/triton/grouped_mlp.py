@@ -1,8 +1,10 @@
 """Grouped SwiGLU expert MLP, forward + backward, on grouped GEMMs (torch._grouped_mm or Triton).
 
-Forward per expert e:  a = x_e @ w1[e].T,  b = x_e @ w3[e].T,  h = silu(a) * b,  y = h @ w2[e].T.
-Backward saves x, a, b (h is recomputed by the SwiGLU kernel) and issues five grouped GEMMs:
-dh = dy @ w2[e]; dx = da @ w1[e] + db @ w3[e]; dw1 = da.T @ x, dw3 = db.T @ x, dw2 = dy.T @ h.
+Forward per expert e, with w13[e] = [w1[e]; w3[e]] (F + F rows, one GEMM for gate and up):
+  ab = x_e @ w13[e].T,  a, b = ab[:, :F], ab[:, F:],  h = silu(a) * b,  y = h @ w2[e].T.
+Backward saves x, w13, w2 and ab (h is recomputed by the SwiGLU kernel) and issues four grouped
+GEMMs: dh = dy @ w2[e]; d_ab = swiglu'(dh) (both halves into one buffer); dx = d_ab @ w13[e] (one
+GEMM over K = 2F instead of two and an add); dw13 = d_ab.T @ x, dw2 = dy.T @ h.
 """
 
 import torch
@@ -17,26 +19,29 @@ GEMMS = ("torch", "triton")
 class _GroupedMLP(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, offs, w1, w3, w2, use_torch: bool):
-        a = gmm(x, w1.transpose(1, 2), offs, use_torch)  # (M, F)
-        b = gmm(x, w3.transpose(1, 2), offs, use_torch)  # (M, F)
-        h = swiglu_forward(a, b)  # (M, F)
+        F = w1.shape[1]
+        w13 = torch.cat([w1, w3], dim=1)  # (E, 2F, C)
+        ab = gmm(x, w13.transpose(1, 2), offs, use_torch)  # (M, 2F)
+        h = swiglu_forward(ab[:, :F], ab[:, F:])  # (M, F)
         y = gmm(h, w2.transpose(1, 2), offs, use_torch)  # (M, C)
-        ctx.save_for_backward(x, offs, w1, w3, w2, a, b)
+        ctx.save_for_backward(x, offs, w13, w2, ab)
         ctx.use_torch = use_torch
         return y
 
     @staticmethod
     def backward(ctx, dy):
-        x, offs, w1, w3, w2, a, b = ctx.saved_tensors
+        x, offs, w13, w2, ab = ctx.saved_tensors
         use_torch = ctx.use_torch
+        F = w2.shape[2]
+        a, b = ab[:, :F], ab[:, F:]
         dy = dy.contiguous()
         dh = gmm(dy, w2, offs, use_torch)  # (M, F)
-        da, db = swiglu_backward(dh, a, b)
-        dx = gmm(da, w1, offs, use_torch) + gmm(db, w3, offs, use_torch)  # (M, C)
-        dw1 = gmm_wgrad(da, x, offs, use_torch)  # (E, F, C)
-        dw3 = gmm_wgrad(db, x, offs, use_torch)
+        d_ab = torch.empty_like(ab)  # (M, 2F)
+        swiglu_backward(dh, a, b, out=d_ab)
+        dx = gmm(d_ab, w13, offs, use_torch)  # (M, C)
+        dw13 = gmm_wgrad(d_ab, x, offs, use_torch)  # (E, 2F, C)
         dw2 = gmm_wgrad(dy, swiglu_forward(a, b), offs, use_torch)  # (E, C, F)
-        return dx, None, dw1, dw3, dw2, None
+        return dx, None, dw13[:, :F], dw13[:, F:], dw2, None
 
 
 def grouped_mlp(

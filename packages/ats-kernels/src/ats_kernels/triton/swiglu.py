@@ -84,13 +84,20 @@ def swiglu_forward(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
 
 
 def swiglu_backward(
-    dy: torch.Tensor, gate: torch.Tensor, up: torch.Tensor
+    dy: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, out: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(d gate, d up) of silu(gate) * up for the output gradient dy, without autograd."""
+    """(d gate, d up) of silu(gate) * up for the output gradient dy, without autograd.
+    out (M, 2N): write d gate into its first N columns and d up into the rest (the gradient of
+    one fused gate|up projection) and return those two views."""
     dy2, g2, u2 = _as_rows(dy), _as_rows(gate), _as_rows(up)
     M, N = g2.shape
-    dg = torch.empty((M, N), device=g2.device, dtype=g2.dtype)
-    du = torch.empty((M, N), device=u2.device, dtype=u2.dtype)
+    if out is None:
+        dg = torch.empty((M, N), device=g2.device, dtype=g2.dtype)
+        du = torch.empty((M, N), device=u2.device, dtype=u2.dtype)
+    elif out.shape != (M, 2 * N) or out.stride(-1) != 1:
+        raise ValueError(f"swiglu_backward: out {tuple(out.shape)} must be ({M}, {2 * N}), rows")
+    else:
+        dg, du = out[:, :N], out[:, N:]
     if dg.numel() > 0:
         grid, block_m, block_n = _tile(M, N)
         _swiglu_bwd_kernel[grid](
