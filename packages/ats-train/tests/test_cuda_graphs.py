@@ -37,6 +37,7 @@ def _config(prepared: tuple[Path, Path], **extra: object):
         ({"model.preset": "tiny-mod"}, "model.family is 'mod'"),
         ({"model.moe.capacity_factor": 1.25}, "model.moe.capacity_factor is set"),
         ({"faults.oom_at_step": 3}, "faults.oom_at_step = 3"),
+        ({"kernels": "reference"}, "kernels = 'reference' with MoE"),
     ],
 )
 def test_refuses_what_graphs_cannot_replay(prepared, extra: dict, message: str) -> None:

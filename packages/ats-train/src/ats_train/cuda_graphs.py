@@ -57,6 +57,11 @@ def check_cuda_graphs(
             model.mod is None,
             f"is {model.family!r}: Mixture-of-Depths reads its token count on the host",
         ),
+        "kernels": (
+            config.kernels != "reference" or model.moe is None,
+            "= 'reference' with MoE: the reference permute and expert loop read token counts on "
+            "the host (bincount, tolist); use 'auto' or 'triton'",
+        ),
         "model.moe.capacity_factor": (
             model.moe is None or model.moe.capacity_factor is None,
             "is set: capacity dropping reads the kept-slot count on the host; use dropless MoE",
