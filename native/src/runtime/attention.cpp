@@ -22,17 +22,15 @@ namespace ats {
 /* rows per attention task; runs at least TRANSPOSE_MIN rows long take the transposed-key path */
 static const int64_t RUN_ROWS = 32, TRANSPOSE_MIN = 4;
 
-/* x (hd) rotated in place by the tables of one position: x*cos + rotate_half(x)*sin */
+/* x (hd) rotated in place by the tables of one position: x*cos + rotate_half(x)*sin (each pair
+ * x[i], x[i + half] read before either is written: no copy of the row) */
 static void rope_row(float *x, const float *cos, const float *sin, int64_t hd) {
-    int64_t half = hd / 2;
-    float tmp[2048];
-    float *r = hd <= 2048 ? tmp : new float[hd];
+    const int64_t half = hd / 2;
     for (int64_t i = 0; i < half; i++) {
-        r[i] = x[i] * cos[i] + (-x[i + half]) * sin[i];
-        r[i + half] = x[i + half] * cos[i + half] + x[i] * sin[i + half];
+        const float a = x[i], b = x[i + half];
+        x[i] = a * cos[i] + (-b) * sin[i];
+        x[i + half] = b * cos[i + half] + a * sin[i + half];
     }
-    memcpy(x, r, (size_t)hd * sizeof(float));
-    if (r != tmp) delete[] r;
 }
 
 /* What one task needs of the layer. */

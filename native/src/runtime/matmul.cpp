@@ -101,16 +101,27 @@ struct PackedTask {
 };
 
 /* Row groups [g_begin, g_end) of job j: a tile of row groups (about 64 KiB) is swept over all
- * activation rows, PACK_MAX_NX at a time. */
+ * activation rows, PACK_MAX_NX at a time. Over several sweeps (prefill) the next tile is
+ * prefetched into L2 meanwhile, a share per sweep: the first sweep of a tile otherwise waited on
+ * DRAM (the weights are read from memory once per forward) and ran the matmuls at ~86% of the
+ * kernel's in-cache rate. */
 static void packed_task(const Kernels *k, const MatmulJob &j, int64_t g_begin, int64_t g_end) {
     const Weight &w = j.w;
     const int64_t O = w.rows, group_bytes = packed_group_bytes(w);
     const int n_blocks = (int)(w.cols / 32);
     const int64_t tile = std::max<int64_t>(1, (64 * 1024) / group_bytes);
+    const int64_t sweeps = (j.N + PACK_MAX_NX - 1) / PACK_MAX_NX;
     auto dot = w.type == WEIGHT_Q4 ? k->dot_q4_packed : k->dot_q8_packed;
     for (int64_t t0 = g_begin; t0 < g_end; t0 += tile) {
         int64_t t1 = std::min(g_end, t0 + tile);
-        for (int64_t n = 0; n < j.N; n += PACK_MAX_NX) {
+        const uint8_t *next = w.packed + t1 * group_bytes;
+        const int64_t next_bytes = (std::min(g_end, t1 + tile) - t1) * group_bytes;
+        for (int64_t n = 0, sweep = 0; n < j.N; n += PACK_MAX_NX, sweep++) {
+            if (sweeps > 1) {
+                const int64_t lo = next_bytes * sweep / sweeps;
+                const int64_t hi = next_bytes * (sweep + 1) / sweeps;
+                for (int64_t b = lo / 64 * 64; b < hi; b += 64) __builtin_prefetch(next + b, 0, 2);
+            }
             int nx = (int)std::min<int64_t>(PACK_MAX_NX, j.N - n);
             const QAct *qa[PACK_MAX_NX];
             for (int r = 0; r < nx; r++) qa[r] = &j.x[n + r];
