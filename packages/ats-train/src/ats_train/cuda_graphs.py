@@ -9,10 +9,11 @@ Captured once, on the first batch, under the run's autocast (with its weight-cas
 graphs require). With train.compile the compiled blocks are captured too: capture's warm-up
 iterations run (and so compile) the forward and backward first, and a replay never re-enters
 Python, so nothing is guarded or recompiled afterwards. What it needs, checked by config
-validation: CUDA, the single backend, no gradient accumulation, no Mixture-of-Depths (its top-k capacity reads a count on the host) and no MoE
-capacity factor (the kept-slot count is read on the host); dropless MoE is fine (every shape is
-static, the kernels never synchronize). Dropout draws fresh numbers on every replay (the CUDA
-generator's philox offset advances per replay).
+validation: CUDA, the single backend, no gradient accumulation, no Mixture-of-Depths (its top-k
+capacity reads a count on the host), no MoE capacity factor (the kept-slot count is read on the
+host) and no reference MoE kernels; dropless MoE is fine (every shape is static, the kernels never
+synchronize). Dropout draws fresh numbers on every replay (the CUDA generator's philox offset
+advances per replay).
 
 The warm-up iterations that capture needs would consume random numbers and nudge MoE bias
 buffers; both are restored afterwards, so a run with graphs is deterministic and resumes exactly

@@ -1,6 +1,7 @@
 """Training wrappers applied from outside the model, in one fixed order: the residual stream's
-dtype, activation checkpointing, then torch.compile, then sharding, which the backend's wrap() does right after (fully_shard per
-block then the root for fsdp2, DistributedDataParallel for ddp). The model stays single-device math.
+dtype, activation checkpointing, then torch.compile, then sharding, which the backend's wrap()
+does right after (fully_shard per block then the root for fsdp2, DistributedDataParallel for
+ddp). The model stays single-device math.
 
 All are applied in place, so parameter names and the saved state dict do not change.
 """
