@@ -19,8 +19,11 @@
 
 namespace ats {
 
-/* rows per attention task; runs at least TRANSPOSE_MIN rows long take the transposed-key path */
-static const int64_t RUN_ROWS = 32, TRANSPOSE_MIN = 4;
+/* rows per attention task; runs at least TRANSPOSE_MIN rows long take the transposed-key path.
+ * Each run transposes all the keys it sees, so a prompt of M rows transposes ~M^2 / (2 RUN_ROWS)
+ * keys: 64-row runs halve that against 32 and still give each of 2 threads 8 tasks a layer at a
+ * 128-token prompt (8 kv heads) */
+static const int64_t RUN_ROWS = 64, TRANSPOSE_MIN = 4;
 
 /* x (hd) rotated in place by the tables of one position: x*cos + rotate_half(x)*sin (each pair
  * x[i], x[i + half] read before either is written: no copy of the row) */
@@ -108,13 +111,15 @@ static void attend_row(const AttnCtx &c, int64_t r, int64_t kvh, const int64_t *
 static void attend_run(const AttnCtx &c, const Rows &rows, int64_t r0, int64_t r1, int64_t kvh,
                        const int64_t *keys, int64_t nk, int64_t base) {
     thread_local std::vector<float> kt, vr, sc;
+    thread_local std::vector<const float *> kptr;
     const int64_t hd = c.hd;
     kt.resize((size_t)(hd * nk));
     sc.resize((size_t)(VECMAT_MAX_ROWS * nk));
-    for (int64_t i = 0; i < nk; i++) {
-        const float *src = c.kc + keys[i] * c.KV + kvh * hd;
-        for (int64_t d = 0; d < hd; d++) kt[(size_t)(d * nk + i)] = src[d];
-    }
+    /* the keys into kt (hd, nk) by the set's transpose (AVX-512: 16 x 16 tiles in registers; a
+     * scalar copy of one key at a time stored its hd values to hd different lines) */
+    kptr.resize((size_t)nk);
+    for (int64_t i = 0; i < nk; i++) kptr[(size_t)i] = c.kc + keys[i] * c.KV + kvh * hd;
+    c.kern->transpose((int)nk, (int)hd, kptr.data(), kt.data(), nk);
     /* values (nk, hd) of row stride ldv: read in place from the cache when the keys are
      * consecutive slots (every layer but a MoD one), else gathered */
     const float *vals = c.vc + keys[0] * c.KV + kvh * hd;

@@ -84,6 +84,10 @@ struct Kernels {
     /* g[i] = silu(g[i]) * u[i] = g[i] / (1 + exp(-g[i])) * u[i] (SwiGLU's gate; the SIMD sets
      * evaluate exp with a degree-6 polynomial, within a few ulp of expf) */
     void (*silu_mul)(int n, float *g, const float *u);
+    /* y[j * ldy + i] = x[i][j] for i < n, j < m (n rows given by pointers, each m long, into
+     * the columns of y): attention's keys into their (head_dim, keys) layout. Copies only, so
+     * every set gives the same y */
+    void (*transpose)(int n, int m, const float *const *x, float *y, int64_t ldy);
 };
 
 /* The scalar quantize_q8_0 (the reference; also the AVX2 and NEON sets'). */
@@ -95,6 +99,9 @@ void vecmat_scalar(int n, int m, const float *const *a, int R, const float *x, i
 
 /* The scalar softmax (the reference; also the NEON set's). */
 void softmax_scalar(int n, float scale, float *x);
+
+/* The scalar transpose (the reference; also the AVX2 and NEON sets'). */
+void transpose_scalar(int n, int m, const float *const *x, float *y, int64_t ldy);
 
 /* The scalar silu_mul (expf; also the NEON set's). */
 void silu_mul_scalar(int n, float *g, const float *u);

@@ -394,7 +394,8 @@ AVX2 static void softmax_avx2(int n, float scale, float *x) {
 static const Kernels AVX2_SET = {"avx2",      dot_f32_avx2,       dot_q8_avx2,
                                  dot_q4_avx2, dot_q8_packed_avx2, dot_q4_packed_avx2,
                                  axpy_avx2,   vecmat_avx2,        softmax_avx2,
-                                 quantize_q8_0_scalar,            silu_mul_avx2};
+                                 quantize_q8_0_scalar,            silu_mul_avx2,
+                                 transpose_scalar};
 
 const Kernels *kernels_avx2() {
     __builtin_cpu_init();

@@ -384,16 +384,62 @@ AVX512VNNI static void dot_q4_packed_vnni(int n_blocks, const uint8_t *w, const 
     PACKED_SWITCH(q4_packed_vnni, n_blocks, w, x, out, ldo)
 }
 
+/* transpose: 16 x 16 tiles in registers (rows i0.., columns j0..; rows and columns past the ends
+ * masked): per 128-bit lane, unpack + shuffle_ps transpose 4 x 4 blocks, so vector 4k + c holds
+ * in lane L column 4L + c of rows 4k..4k+3; two shuffle_f32x4 rounds gather the lanes L of
+ * vectors c, 4 + c, 8 + c, 12 + c into column 4L + c of all 16 rows. */
+AVX512 static void transpose_avx512(int n, int m, const float *const *x, float *y, int64_t ldy) {
+    for (int i0 = 0; i0 < n; i0 += 16) {
+        const int ni = n - i0 < 16 ? n - i0 : 16;
+        const __mmask16 ki = left_mask(ni);
+        for (int j0 = 0; j0 < m; j0 += 16) {
+            const int nj = m - j0 < 16 ? m - j0 : 16;
+            const __mmask16 kj = left_mask(nj);
+            __m512 r[16], t[16];
+            for (int u = 0; u < 16; u++) {
+                r[u] = u < ni ? _mm512_maskz_loadu_ps(kj, x[i0 + u] + j0) : _mm512_setzero_ps();
+            }
+            for (int u = 0; u < 16; u += 2) {
+                t[u] = _mm512_unpacklo_ps(r[u], r[u + 1]);
+                t[u + 1] = _mm512_unpackhi_ps(r[u], r[u + 1]);
+            }
+            for (int u = 0; u < 16; u += 4) {
+                r[u] = _mm512_shuffle_ps(t[u], t[u + 2], _MM_SHUFFLE(1, 0, 1, 0));
+                r[u + 1] = _mm512_shuffle_ps(t[u], t[u + 2], _MM_SHUFFLE(3, 2, 3, 2));
+                r[u + 2] = _mm512_shuffle_ps(t[u + 1], t[u + 3], _MM_SHUFFLE(1, 0, 1, 0));
+                r[u + 3] = _mm512_shuffle_ps(t[u + 1], t[u + 3], _MM_SHUFFLE(3, 2, 3, 2));
+            }
+            for (int c = 0; c < 4; c++) {
+                const __m512 p = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x44);
+                const __m512 q = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xEE);
+                const __m512 s = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x44);
+                const __m512 w = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xEE);
+                const __m512 col[4] = {_mm512_shuffle_f32x4(p, s, 0x88),
+                                       _mm512_shuffle_f32x4(p, s, 0xDD),
+                                       _mm512_shuffle_f32x4(q, w, 0x88),
+                                       _mm512_shuffle_f32x4(q, w, 0xDD)};
+                for (int l = 0; l < 4; l++) {
+                    if (4 * l + c < nj) {
+                        _mm512_mask_storeu_ps(y + (j0 + 4 * l + c) * ldy + i0, ki, col[l]);
+                    }
+                }
+            }
+        }
+    }
+}
+
 /* AVX-512 without VNNI: the AVX2 integer dots (AVX-512BW implies AVX2). */
 static const Kernels AVX512_SET = {"avx512",      dot_f32_avx512,     dot_q8_avx512,
                                    dot_q4_avx512, dot_q8_packed_avx2, dot_q4_packed_avx2,
                                    axpy_avx512,   vecmat_avx512,      softmax_avx512,
-                                   quantize_q8_0_avx512,              silu_mul_avx512};
+                                   quantize_q8_0_avx512,              silu_mul_avx512,
+                                   transpose_avx512};
 /* Same name: VNNI only changes how the int8/int4 dots are done. */
 static const Kernels AVX512_VNNI_SET = {"avx512",      dot_f32_avx512,     dot_q8_avx512,
                                         dot_q4_avx512, dot_q8_packed_vnni, dot_q4_packed_vnni,
                                         axpy_avx512,   vecmat_avx512,      softmax_avx512,
-                                        quantize_q8_0_avx512,              silu_mul_avx512};
+                                        quantize_q8_0_avx512,              silu_mul_avx512,
+                                        transpose_avx512};
 
 const Kernels *kernels_avx512() {
     __builtin_cpu_init();

@@ -87,7 +87,8 @@ static void axpy_neon(int n, int m, const float *a, const float *const *x, float
 static const Kernels NEON_SET = {"neon",        dot_f32_neon,   dot_q8_neon,
                                  dot_q4_neon,   nullptr,        nullptr,
                                  axpy_neon,     vecmat_scalar,  softmax_scalar,
-                                 quantize_q8_0_scalar,          silu_mul_scalar};
+                                 quantize_q8_0_scalar,          silu_mul_scalar,
+                                 transpose_scalar};
 
 const Kernels *kernels_neon() { return &NEON_SET; }
 

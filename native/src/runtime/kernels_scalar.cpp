@@ -170,10 +170,17 @@ void softmax_scalar(int n, float scale, float *x) {
     for (int i = 0; i < n; i++) x[i] *= inv;
 }
 
+void transpose_scalar(int n, int m, const float *const *x, float *y, int64_t ldy) {
+    for (int i = 0; i < n; i++) {
+        for (int j = 0; j < m; j++) y[j * ldy + i] = x[i][j];
+    }
+}
+
 static const Kernels SCALAR = {"scalar",      dot_f32,       dot_q8,
                                dot_q4,        dot_q8_packed, dot_q4_packed,
                                axpy,          vecmat_scalar, softmax_scalar,
-                               quantize_q8_0_scalar,         silu_mul_scalar};
+                               quantize_q8_0_scalar,         silu_mul_scalar,
+                               transpose_scalar};
 
 const Kernels *kernels_scalar() { return &SCALAR; }
 

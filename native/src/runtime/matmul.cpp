@@ -11,6 +11,9 @@
 #include "matmul.h"
 
 #include <math.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include <algorithm>
 #include <vector>
@@ -29,17 +32,31 @@ void qact_resize(QActRows *a, int64_t N, int64_t C) {
     a->rows.resize((size_t)N);
 }
 
+/* The sum of one block's 32 codes. On x86 (SSE2, every x86-64 CPU) psadbw adds the unsigned
+ * bytes q + 128 (q xor 0x80) in two 8-byte halves: ~10 instructions against ~50 for the widening
+ * adds the compiler makes of the plain loop; the sum is exact either way. */
+static inline int32_t block_sum(const int8_t *q) {
+#if defined(__SSE2__)
+    const __m128i flip = _mm_set1_epi8((char)0x80);
+    const __m128i lo = _mm_xor_si128(_mm_loadu_si128((const __m128i *)q), flip);
+    const __m128i hi = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(q + 16)), flip);
+    const __m128i s = _mm_add_epi64(_mm_sad_epu8(lo, _mm_setzero_si128()),
+                                    _mm_sad_epu8(hi, _mm_setzero_si128()));
+    return _mm_cvtsi128_si32(_mm_add_epi64(s, _mm_unpackhi_epi64(s, s))) - 32 * 128;
+#else
+    int32_t s = 0;
+    for (int j = 0; j < 32; j++) s += q[j];
+    return s;
+#endif
+}
+
 void qact_row(const Kernels *k, const float *x, int64_t C, int64_t n, QActRows *a) {
     const int64_t nb = C / 32;
     int8_t *q = a->q.data() + n * C;
     float *d = a->d.data() + n * nb;
     int32_t *sum = a->sum.data() + n * nb;
     k->quantize_q8_0((int)nb, x, q, d);
-    for (int64_t b = 0; b < nb; b++) {
-        int32_t s = 0;
-        for (int j = 0; j < 32; j++) s += q[b * 32 + j];
-        sum[b] = s;
-    }
+    for (int64_t b = 0; b < nb; b++) sum[b] = block_sum(q + b * 32);
     a->rows[(size_t)n] = {q, d, sum};
 }
 
