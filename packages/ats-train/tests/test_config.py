@@ -136,3 +136,20 @@ def test_top1_routing_must_keep_the_probability_as_its_weight() -> None:
         build_model_config(switch.model, 320, 32)
     switch.model.overrides["moe.norm_topk"] = False
     assert build_model_config(switch.model, 320, 32).moe.norm_topk is False
+
+
+@pytest.mark.parametrize(
+    ("overrides", "shape"),
+    [
+        ([], (12, 12, 64)),  # (n_head, n_kv_head, head_dim) of the preset
+        (["model.n_head=16"], (16, 16, 48)),  # derived again: not 64 wide, not 12 KV heads
+        (["model.dim=1536"], (12, 12, 128)),
+        (["model.n_head=16", "model.head_dim=32", "model.n_kv_head=4"], (16, 4, 32)),  # explicit
+    ],
+)
+def test_derived_head_shape_follows_an_overridden_shape(
+    overrides: list[str], shape: tuple[int, int, int]
+) -> None:
+    config = load_config(None, ["model.preset=124m-dense", *overrides])
+    model = build_model_config(config.model, 50304, 128)
+    assert (model.n_head, model.n_kv_head, model.head_dim) == shape

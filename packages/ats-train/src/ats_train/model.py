@@ -20,7 +20,17 @@ def build_model_config(model: ModelSection, vocab_size: int, seq_len: int) -> Mo
         raise ConfigError(
             f"model.preset = {model.preset!r} is not a preset (presets: {', '.join(presets.names())})"
         )
-    d = presets.get(model.preset).to_dict()
+    preset = presets.get(model.preset)
+    d = preset.to_dict()
+    # Fields the preset derived (head_dim = dim // n_head; n_kv_head = n_head, no GQA) are
+    # derived again from an overridden shape: kept, model.n_head=16 on a 768-wide preset would
+    # give 16 heads of 64 (not 48) and 12 KV heads (not a divisor of 16).
+    changed = model.overrides.keys()
+    if "head_dim" not in changed and {"dim", "n_head"} & changed:
+        if preset.head_dim == preset.dim // preset.n_head:
+            d["head_dim"] = None
+    if "n_kv_head" not in changed and "n_head" in changed and preset.n_kv_head == preset.n_head:
+        d["n_kv_head"] = None
     for key, value in model.overrides.items():
         head, _, sub = key.partition(".")
         if not sub:
