@@ -1,6 +1,8 @@
 """RMSNorm launch-shape sweep (issue 5): the production forward kernel at several (rows per
-program, warps) and the production backward, timed by CUDA-graph replay of the bare kernels, at the
-124M model's rows (32768 x 768, bf16 and fp32 residual stream) and at 16384 x 4096 bf16.
+program, warps), the production backward kernel over (rows per tile, warps, persistent programs
+per SM, register cap), and the production backward as launched, timed by CUDA-graph replay of the
+bare kernels, at the 124M model's rows (32768 x 768, bf16 and fp32 residual stream) and at
+16384 x 4096 bf16.
 
 Session 6 picked FWD_TILE / BWD_TILE / programs per SM in src/ats_kernels/triton/rms_norm.py from
 these numbers (BENCHMARKS.md, "End to end, session 6"). One JSON line per case: op, width, dtype,
@@ -19,6 +21,13 @@ from triton.testing import do_bench_cudagraph
 rn = importlib.import_module("ats_kernels.triton.rms_norm")
 SHAPES = ((32768, 768, torch.bfloat16), (32768, 768, torch.float32), (16384, 4096, torch.bfloat16))
 FWD_TILES = ((8, 16), (1, 2), (1, 4), (2, 4), (2, 8), (4, 4), (4, 8), (8, 8))  # (rows, warps)
+BWD_GRID = [  # (rows, warps, programs per SM, register cap)
+    (rows, warps, per_sm, maxnreg)
+    for rows in (1, 2, 4, 8)
+    for warps in (4, 8, 16)
+    for per_sm in (1, 2, 4, 8)
+    for maxnreg in (None, 128)
+]
 
 
 def forward_ms(M: int, N: int, dtype: torch.dtype, rows: int, warps: int, residual: bool):
@@ -43,6 +52,32 @@ def forward_ms(M: int, N: int, dtype: torch.dtype, rows: int, warps: int, residu
     return ms, moved / ms / 1e6
 
 
+def backward_tile_ms(M, N, dtype, rows: int, warps: int, per_sm: int, maxnreg: int | None):
+    """The backward kernel at one launch shape, with a residual gradient dh, dy in bf16."""
+    dev = torch.device("cuda")
+    x = torch.randn(M, N, device=dev, dtype=dtype)
+    dy = torch.randn(M, N, device=dev, dtype=torch.bfloat16)
+    dh = torch.randn(M, N, device=dev, dtype=dtype)
+    dx = torch.empty_like(x)
+    w = torch.randn(N, device=dev)
+    rstd = torch.rand(M, device=dev) + 0.5
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count
+    n_programs = max(1, min(triton.cdiv(M, rows), sms * per_sm))
+    dw_partial = torch.empty(n_programs, N, device=dev)
+    options = {} if maxnreg is None else {"maxnreg": maxnreg}
+
+    def launch() -> None:
+        rn._rms_norm_bwd_kernel[(n_programs,)](
+            dy, x, w, rstd, dh, dx, dw_partial,
+            dy.stride(0), x.stride(0), dh.stride(0), dx.stride(0), M, N,
+            HAS_DH=True, BLOCK_M=rows, BLOCK_N=triton.next_power_of_2(N), num_warps=warps,
+            **options,
+        )  # fmt: skip
+
+    ms = do_bench_cudagraph(launch, rep=30)
+    return ms, M * N * (2 + 3 * x.element_size()) / ms / 1e6
+
+
 def backward_ms(M: int, N: int, dtype: torch.dtype):
     """The production backward (its own launch shape) with a residual gradient dh, dy in bf16."""
     dev = torch.device("cuda")
@@ -60,6 +95,13 @@ def main() -> None:
         ms, gbs = backward_ms(M, N, dtype)
         row = {"op": "bwd (production tiles)", "shape": [M, N], "dtype": str(dtype)}
         print(json.dumps({**row, "ms": round(ms, 4), "GBs": round(gbs)}), flush=True)
+        for rows, warps, per_sm, maxnreg in BWD_GRID:
+            if rows * triton.next_power_of_2(N) > 32768:
+                continue
+            ms, gbs = backward_tile_ms(M, N, dtype, rows, warps, per_sm, maxnreg)
+            row = {"op": "bwd", "shape": [M, N], "dtype": str(dtype), "rows": rows}
+            tile = {"warps": warps, "per_sm": per_sm, "maxnreg": maxnreg}
+            print(json.dumps({**row, **tile, "ms": round(ms, 4), "GBs": round(gbs)}), flush=True)
         for residual in (False, True):
             for rows, warps in FWD_TILES:
                 if rows * triton.next_power_of_2(N) > 32768:

@@ -27,7 +27,7 @@ def ref_rms_norm_residual(
     eps: float,
     out_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """h = x + residual; returns (ref_rms_norm(h, weight, eps), h). residual may be of a lower
-    precision than x (bf16 sublayer output onto an fp32 residual stream under autocast)."""
+    """h = x + residual; returns (ref_rms_norm(h, weight, eps, out_dtype), h). residual may be of
+    a lower precision than x (bf16 sublayer output onto an fp32 residual stream under autocast)."""
     h = x + residual
     return ref_rms_norm(h, weight, eps, out_dtype), h
