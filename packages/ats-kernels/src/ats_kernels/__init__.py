@@ -8,7 +8,7 @@ from ats_kernels.moe_permute import ref_moe_permute, ref_moe_unpermute
 from ats_kernels.moe_route import ref_moe_route
 from ats_kernels.rms_norm import ref_rms_norm, ref_rms_norm_residual
 from ats_kernels.rope import ref_rope, rope_tables
-from ats_kernels.swiglu import ref_swiglu
+from ats_kernels.swiglu import ref_swiglu, ref_swiglu_packed
 
 __all__ = [
     "BACKENDS",
@@ -26,4 +26,5 @@ __all__ = [
     "ref_rope",
     "rope_tables",
     "ref_swiglu",
+    "ref_swiglu_packed",
 ]

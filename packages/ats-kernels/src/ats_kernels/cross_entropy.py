@@ -35,8 +35,13 @@ def ref_linear_cross_entropy(
     """h (N, C), w (V, C), targets (N,) -> ref_cross_entropy(h @ w.T, targets).
 
     Chunked over N with activation checkpointing per chunk, so at most one (chunk_size, V) block
-    of logits is alive at a time in forward and backward.
+    of logits is alive at a time in forward and backward. One chunk that holds every row is the
+    plain unfused path (checkpointing it would only add a second head matmul).
     """
+    if chunk_size < 1:
+        raise ValueError(f"ref_linear_cross_entropy: chunk_size = {chunk_size} must be >= 1")
+    if chunk_size >= h.shape[0]:
+        return ref_cross_entropy(h @ w.T, targets, ignore_index)
     total = h.new_zeros((), dtype=torch.float64 if h.dtype == torch.float64 else torch.float32)
     for start in range(0, h.shape[0], chunk_size):
         sl = slice(start, start + chunk_size)

@@ -21,7 +21,7 @@ from ats_kernels.moe_permute import ref_moe_permute, ref_moe_unpermute
 from ats_kernels.moe_route import ref_moe_route
 from ats_kernels.rms_norm import ref_rms_norm, ref_rms_norm_residual
 from ats_kernels.rope import ref_rope
-from ats_kernels.swiglu import ref_swiglu
+from ats_kernels.swiglu import ref_swiglu, ref_swiglu_packed
 
 log = logging.getLogger("ats_kernels")
 
@@ -37,6 +37,7 @@ class KernelSet:
     rms_norm_residual: Callable
     rope: Callable
     swiglu: Callable
+    swiglu_packed: Callable
     moe_route: Callable
     moe_permute: Callable
     moe_unpermute: Callable
@@ -51,6 +52,7 @@ REFERENCE = KernelSet(
     rms_norm_residual=ref_rms_norm_residual,
     rope=ref_rope,
     swiglu=ref_swiglu,
+    swiglu_packed=ref_swiglu_packed,
     moe_route=ref_moe_route,
     moe_permute=ref_moe_permute,
     moe_unpermute=ref_moe_unpermute,
@@ -97,6 +99,7 @@ def _triton_kernel_set() -> KernelSet:
             rms_norm_residual=ops.rms_norm_residual,
             rope=ops.rope,
             swiglu=ops.swiglu,
+            swiglu_packed=ops.swiglu_packed,
             moe_route=ops.moe_route,
             moe_permute=ops.moe_permute,
             moe_unpermute=ops.moe_unpermute,

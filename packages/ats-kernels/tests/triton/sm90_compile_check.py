@@ -131,6 +131,38 @@ def main() -> None:
         16,
     )
     comp(
+        sw._swiglu_packed_fwd_kernel,
+        {
+            "GU": "*bf16",
+            "Y": "*bf16",
+            "stride_gu": "i32",
+            "stride_y": "i32",
+            "M": "i32",
+            "N": "i32",
+            "BLOCK_M": "constexpr",
+            "BLOCK_N": "constexpr",
+        },
+        {"BLOCK_M": 2, "BLOCK_N": 4096},
+        16,
+    )
+    comp(
+        sw._swiglu_packed_bwd_kernel,
+        {
+            "DY": "*bf16",
+            "GU": "*bf16",
+            "DGU": "*bf16",
+            "stride_dy": "i32",
+            "stride_gu": "i32",
+            "stride_dgu": "i32",
+            "M": "i32",
+            "N": "i32",
+            "BLOCK_M": "constexpr",
+            "BLOCK_N": "constexpr",
+        },
+        {"BLOCK_M": 2, "BLOCK_N": 4096},
+        16,
+    )
+    comp(
         sw._swiglu_bwd_kernel,
         {
             "DY": "*bf16",

@@ -60,3 +60,24 @@ def test_swiglu_backward_into_one_fused_gradient(device: str, close) -> None:
     close(out, torch.cat([want_g, want_u], dim=1), "fused gradient")
     with pytest.raises(ValueError, match=r"out \(21, 299\) must be \(21, 300\)"):
         swiglu_backward(dy, gate, up, out=out[:, :299])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_swiglu_packed_matches_reference(device: str, dtype: torch.dtype, close) -> None:
+    """One (..., 2N) gate|up input, as a fused projection gives it; its gradient is one tensor."""
+    from ats_kernels import ref_swiglu_packed
+    from ats_kernels.triton import swiglu_packed
+
+    g = torch.Generator(device=device).manual_seed(0)
+    shapes = [(5, 13, 246)] if device == "cpu" else [(5, 123, 246), (4, 1024, 4096)]
+    for shape in shapes:
+        gate_up = (torch.randn(shape, generator=g, device=device) * 3).to(dtype).requires_grad_()
+        y = swiglu_packed(gate_up)
+        dy = torch.randn(y.shape, generator=g, device=device).to(dtype)
+        (grad,) = torch.autograd.grad(y, gate_up, dy)
+        y_ref = ref_swiglu_packed(gate_up)
+        (grad_ref,) = torch.autograd.grad(y_ref, gate_up, dy)
+        close(y, y_ref, f"y {shape}")
+        close(grad, grad_ref, f"dgate_up {shape}")
+    with pytest.raises(ValueError, match="last dim 5 of gate_up must be even"):
+        swiglu_packed(torch.randn(2, 5, device=device))

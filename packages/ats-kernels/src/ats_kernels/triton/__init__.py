@@ -10,7 +10,7 @@ from ats_kernels.triton.moe_permute import moe_permute, moe_unpermute
 from ats_kernels.triton.moe_route import moe_route
 from ats_kernels.triton.rms_norm import rms_norm, rms_norm_residual
 from ats_kernels.triton.rope import rope
-from ats_kernels.triton.swiglu import swiglu
+from ats_kernels.triton.swiglu import swiglu, swiglu_packed
 
 __all__ = [
     "cross_entropy",
@@ -23,4 +23,5 @@ __all__ = [
     "rms_norm_residual",
     "rope",
     "swiglu",
+    "swiglu_packed",
 ]
