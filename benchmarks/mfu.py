@@ -57,7 +57,8 @@ def run(preset: str, kernels: str, sdpa: str, args: argparse.Namespace) -> dict:
         "model.preset": preset, "kernels": kernels, "train.device": args.device,
         "train.precision": args.precision, "train.residual_stream": args.residual_stream,
         "train.compile": args.compile,
-        "train.cuda_graphs": args.cuda_graphs,
+        "train.cuda_graphs": args.cuda_graphs, "train.fused_loss": args.fused_loss == "on",
+        "train.fused_loss_rows": args.fused_loss_rows,
         "train.batch_size": args.batch, "train.seq_len": args.seq_len, "train.sdpa_backend": sdpa,
     })  # fmt: skip
     train = config.train
@@ -136,7 +137,8 @@ def run(preset: str, kernels: str, sdpa: str, args: argparse.Namespace) -> dict:
         "mfu": None if peak is None else round(tokens_per_s * fpt / peak, 4),
         "flops_per_token": fpt, "active_params": count_params(model_config)[1],
         "batch": train.batch_size, "seq_len": train.seq_len, "precision": train.precision,
-        "residual_stream": train.residual_stream,
+        "residual_stream": train.residual_stream, "fused_loss": train.fused_loss,
+        "fused_loss_rows": train.fused_loss_rows,
         "compile": train.compile, "cuda_graphs": train.cuda_graphs, "warmup_steps": args.warmup, "timed_steps": args.steps,
         "warmup_s": round(warmup_s, 1), "final_loss": round(float(loss), 4),
         "graph_breaks": sum(counters["graph_break"].values()),
@@ -167,6 +169,12 @@ def main() -> None:
         default="fp32",
         choices=("fp32", "autocast"),
         help="train.residual_stream",
+    )
+    parser.add_argument(
+        "--fused-loss", default="on", choices=("on", "off"), help="train.fused_loss (head + loss)"
+    )
+    parser.add_argument(
+        "--fused-loss-rows", type=int, default=0, help="train.fused_loss_rows (0 = the batch)"
     )
     parser.add_argument(
         "--profile", type=Path, default=None, help="also trace 3 steps per run into this dir"

@@ -2,7 +2,9 @@
 one model built twice, kernels="reference" and kernels="triton", same weights and batch; prints
 JSON {loss, triton_loss, max_grad_rel_err}. argv: PRESET DEVICE MODE, MODE "fp32" (no autocast)
 or "bf16-stream" (bf16 autocast with the residual stream in bf16: the norms write bf16, the fused
-residual add runs on a bf16 stream)."""
+residual add runs on a bf16 stream). The Triton model fuses its head into the loss
+(Transformer.fused_loss, in chunks of 24 of the 64 rows) against the reference's plain logits +
+cross-entropy."""
 
 import contextlib
 import json
@@ -32,6 +34,7 @@ def main(preset: str, device: str, mode: str) -> None:
     reference = build_model(config, device=torch.device(device), kernels="reference")
     fast = build_model(config, device=torch.device(device), kernels="triton")
     fast.load_state_dict(reference.state_dict())
+    fast.fused_loss, fast.fused_loss_rows = True, 24
     x = torch.randint(0, config.vocab_size, (2, 32), generator=torch.Generator().manual_seed(1))
     x = x.to(device)
     loss, grads = loss_and_grads(reference, x, mode)

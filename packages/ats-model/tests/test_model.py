@@ -316,3 +316,35 @@ def test_autocast_residual_carries_the_stream_in_bf16(make_config, family: str) 
     with_flag = model(idx).logits
     model.autocast_residual = False
     torch.testing.assert_close(with_flag, model(idx).logits, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("tie", [False, True])
+def test_fused_loss_matches_logits_then_cross_entropy(make_config, family: str, tie: bool) -> None:
+    """Transformer.fused_loss (the head and the loss as kernels.linear_cross_entropy, all rows at
+    once or in chunks of 5 of the 24, one target ignored) gives the plain path's loss and every
+    gradient in float64 and returns no logits; under no_grad (evaluation) the same loss."""
+    torch.manual_seed(0)
+    model = build_model(make_config(family, tie_embeddings=tie), dtype=torch.float64)
+    idx = torch.randint(0, 23, (2, 12))
+    targets = idx.roll(-1, 1)
+    targets[0, 2] = -100
+
+    def run(fused: bool, rows: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        model.zero_grad(set_to_none=True)
+        model.fused_loss, model.fused_loss_rows = fused, rows
+        out = model(idx, targets=targets)
+        assert (out.logits is None) == fused
+        (out.loss + sum(out.aux.values())).backward()
+        return out.loss.detach(), {n: p.grad for n, p in model.named_parameters()}
+
+    plain_loss, plain_grads = run(False, 0)
+    for rows in (0, 5):
+        loss, grads = run(True, rows)
+        torch.testing.assert_close(loss, plain_loss, rtol=1e-12, atol=0)
+        for name, grad in plain_grads.items():
+            torch.testing.assert_close(grads[name], grad, rtol=1e-9, atol=1e-12, msg=name)
+        with torch.no_grad():
+            torch.testing.assert_close(
+                model(idx, targets=targets).loss, plain_loss, rtol=1e-12, atol=0
+            )

@@ -89,6 +89,11 @@ def test_unknown_key_in_a_file_suggests_the_nearest(tmp_path: Path) -> None:
             "train.residual_stream = 'bf16' is not one of fp32, autocast$",
         ),
         (["train.residual_stream=autocast"], "'autocast' needs train.precision bf16 or fp16"),
+        (
+            ["train.precision=fp16", "train.fused_loss=true"],
+            "train.fused_loss = true cannot run with train.precision = 'fp16'",
+        ),
+        (["train.fused_loss_rows=-1"], "train.fused_loss_rows = -1 must be >= 0"),
         (["train.steps=0"], "train.steps = 0 must be > 0"),
         (["optim.min_lr=1", "optim.lr=0.1"], "optim.min_lr = 1.0 must be in"),
         (["train.batch_size=6", "train.micro_batch_size=4"], "not a multiple"),
@@ -153,3 +158,8 @@ def test_derived_head_shape_follows_an_overridden_shape(
     config = load_config(None, ["model.preset=124m-dense", *overrides])
     model = build_model_config(config.model, 50304, 128)
     assert (model.n_head, model.n_kv_head, model.head_dim) == shape
+
+
+@pytest.mark.parametrize(("precision", "fused"), [("fp32", True), ("bf16", True), ("fp16", False)])
+def test_fused_loss_defaults_to_on_except_under_fp16(precision: str, fused: bool) -> None:
+    assert build_config({"train.precision": precision}).train.fused_loss is fused

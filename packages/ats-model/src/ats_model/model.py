@@ -16,6 +16,7 @@ from ats_model import families
 from ats_model.config import ModelConfig
 from ats_model.layers.attention import causal_mask
 from ats_model.layers.block import Context, MoDRecord
+from ats_model.layers.ffn import SwiGLUFFN
 from ats_model.layers.kv_cache import KVCache
 from ats_model.layers.mod import MoDBlock
 from ats_model.layers.moe import MoEFFN, MoERecord
@@ -36,13 +37,21 @@ class Transformer(nn.Module):
     embedding's output is cast once; every residual add and norm then moves half the bytes), as
     Megatron-Core does by default (fp32_residual_connection = False). Off, the stream stays in
     the embedding's fp32. A training choice (ats-train's train.residual_stream), not part of the
-    model's config: without autocast it changes nothing."""
+    model's config: without autocast it changes nothing.
+
+    fused_loss: a forward given targets runs the LM head and the cross-entropy as one op,
+    kernels.linear_cross_entropy, over chunks of `fused_loss_rows` rows (0 = all rows at once),
+    and returns logits=None. The Triton op turns each chunk's logits into their gradient in place
+    during forward: one pass over the (tokens, vocab) logits instead of three, and no second
+    buffer of that size for the gradient. Also a training choice (ats-train's train.fused_loss)."""
 
     def __init__(self, config: ModelConfig, kernels: KernelSet) -> None:
         super().__init__()
         self.config = config
         self.kernels = kernels
         self.autocast_residual = False
+        self.fused_loss = False
+        self.fused_loss_rows = 0
         spec = families.get(config.family)
         # weight passed in: nn.Embedding's own N(0, 1) init is skipped (init_weights owns init)
         self.tok_embeddings = nn.Embedding(
@@ -67,6 +76,18 @@ class Transformer(nn.Module):
 
     def mod_layers(self) -> list[MoDBlock]:
         return [m for m in self.layers if isinstance(m, MoDBlock)]
+
+    def external_parameters(self) -> list[tuple[nn.Module, nn.Parameter]]:
+        """(module, parameter) pairs where a module's forward reads a parameter its child owns
+        without calling the child: the head's weight in the root (the tied head and the fused
+        loss), w1 / w3 in every SwiGLU FFN (the w13 GEMM). DeepSpeed ZeRO-3 gathers a parameter
+        only in its owner's forward, so its backend registers these with the reader."""
+        head = self.tok_embeddings if self.output is None else self.output
+        pairs: list[tuple[nn.Module, nn.Parameter]] = [(self, head.weight)]
+        for module in self.modules():
+            if isinstance(module, SwiGLUFFN):
+                pairs += [(module, p) for p in module.external_parameters()]
+        return pairs
 
     @torch.no_grad()
     def init_weights(self, gathered: Gathered | None = None) -> None:
@@ -149,13 +170,19 @@ class Transformer(nn.Module):
             x = x.to(torch.get_autocast_dtype(idx.device.type))
         moe_records: list[MoERecord] = []
         mod_records: list[MoDRecord] = []
+        pending = None  # a block's last residual add, left to the next norm (block.py)
         for layer in self.layers:
-            x, moe, mod = layer(x, ctx)
+            x, moe, mod, pending = layer(x, ctx, pending)
             if moe is not None:
                 moe_records.append(moe)
             if mod is not None:
                 mod_records.append(mod)
-        x = self.norm(x)
+        x = self.norm(x) if pending is None else self.norm(x, pending)[0]
+        if kv_cache is not None:
+            kv_cache.length = end
+        aux, stats = _collect(moe_records, mod_records)
+        if targets is not None and self.fused_loss:
+            return ModelOutput(logits=None, loss=self._fused_loss(x, targets), aux=aux, stats=stats)
         # The untied head is called as a module, not read as a weight: ZeRO-3 gathers a module's
         # partitioned parameters in its forward hook (reading .weight directly saw an empty shard
         # on the H200). The tied one is registered as the root's external parameter there.
@@ -163,14 +190,24 @@ class Transformer(nn.Module):
             logits = x @ self.tok_embeddings.weight.T  # (B, T, V)
         else:
             logits = self.output(x)  # (B, T, V)
-        if kv_cache is not None:
-            kv_cache.length = end
-
         loss = None
         if targets is not None:
             loss = self.kernels.cross_entropy(logits.reshape(B * T, -1), targets.reshape(B * T))
-        aux, stats = _collect(moe_records, mod_records)
         return ModelOutput(logits=logits, loss=loss, aux=aux, stats=stats)
+
+    def _fused_loss(self, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Mean cross-entropy of the head's logits of x (B, T, C) against targets (B, T), never
+        holding more than fused_loss_rows rows of logits. The head's weight is read directly (the
+        DeepSpeed backend registers it as the root's external parameter under ZeRO-3); under
+        autocast both operands are cast to its dtype, as the head's matmul would be."""
+        w = self.tok_embeddings.weight if self.output is None else self.output.weight  # (V, C)
+        device = x.device.type
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else w.dtype
+        h = x.reshape(-1, x.shape[-1]).to(dtype)  # (B*T, C)
+        rows = self.fused_loss_rows or h.shape[0]
+        return self.kernels.linear_cross_entropy(
+            h, w.to(dtype), targets.reshape(-1), chunk_size=rows
+        )
 
     def _check_lengths(
         self,

@@ -50,7 +50,7 @@ def _reference(model, block: MoDBlock, x: torch.Tensor, sel: torch.Tensor) -> to
             start=0,
             causal_routing=False,
         )
-        delta = Block.forward(block, x_sel, ctx).hidden - x_sel
+        delta = Block.forward(block, x_sel, ctx).stream() - x_sel
         w = torch.sigmoid(block.mod_router(x_sel)).squeeze(-1)  # (1, k)
         out[b, idx] += w[0, :, None] * delta[0]
     return out
@@ -61,7 +61,8 @@ def test_learned_topk_matches_per_sequence_loop(make_config) -> None:
     model = build_model(make_config("mod"), dtype=torch.float64)
     block = model.layers[0]
     x = torch.randn(3, 10, 8, dtype=torch.float64)
-    got, moe, record = block(x, _ctx(model, 3, 10))
+    got, moe, record, pending = block(x, _ctx(model, 3, 10))
+    assert pending is None  # an MoD block returns its stream complete
     assert moe is None  # the mod family's FFN is dense
     logits = block.mod_router(x).squeeze(-1)
     top = torch.topk(logits, 5, dim=1).indices  # ceil(0.5 * 10) = 5 per sequence
@@ -78,7 +79,7 @@ def test_causal_routing_uses_predictor_with_ragged_counts(make_config) -> None:
     sel = block.mod_predictor(x) > 0
     counts = sel.sum(1).tolist()
     assert len(set(counts)) > 1, counts  # ragged: exercises the padded gather path
-    got = block(x, _ctx(model, 4, 9, causal=True)).hidden
+    got = block(x, _ctx(model, 4, 9, causal=True)).stream()
     torch.testing.assert_close(got, _reference(model, block, x, sel))
 
 
@@ -144,7 +145,7 @@ def _block_flops(model, idx: torch.Tensor, layer: int) -> tuple[int, int]:
     x = torch.randn(B, T, model.config.dim, requires_grad=True)
     with FlopCounterMode(display=False) as counter:
         out = model.layers[layer](x, _ctx(model, B, T))
-        (out.hidden.square().mean() + out.mod.predictor_loss).backward()
+        (out.stream().square().mean() + out.mod.predictor_loss).backward()
     counts = counter.get_flop_counts()["Global"]
     matmul = sum(v for k, v in counts.items() if str(k) in ("aten.mm", "aten.addmm", "aten.bmm"))
     sdpa = sum(v for k, v in counts.items() if "dot_product" in str(k) and "backward" not in str(k))

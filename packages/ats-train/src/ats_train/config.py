@@ -94,6 +94,12 @@ class TrainSection:
     # the residual stream's dtype under autocast: "fp32" (the embedding's), or "autocast" (bf16 /
     # fp16, as Megatron-Core carries it by default): half the bytes of every residual add and norm
     residual_stream: str = "fp32"
+    # the LM head and the cross-entropy as one op (ats_model Transformer.fused_loss): one pass over
+    # the logits instead of three, which never get a second (tokens, vocab) buffer for their
+    # gradient. None = on, except under fp16: the op computes the gradient in forward, before
+    # GradScaler scales the loss, where fp16 flushes values of ~1 / tokens to zero.
+    fused_loss: bool | None = None
+    fused_loss_rows: int = 0  # rows of logits the fused loss holds at once; 0 = the micro-batch
     compile: bool = False
     activation_checkpointing: bool = False
     cuda_graphs: bool = False  # forward + backward replayed from CUDA graphs (cuda_graphs.py)
@@ -125,6 +131,18 @@ class TrainSection:
             self.residual_stream == "fp32" or self.precision != "fp32",
             "train.residual_stream = 'autocast' needs train.precision bf16 or fp16 (fp32 runs "
             "without autocast)",
+        )
+        if self.fused_loss is None:
+            self.fused_loss = self.precision != "fp16"
+        _require(
+            not (self.fused_loss and self.precision == "fp16"),
+            "train.fused_loss = true cannot run with train.precision = 'fp16': the fused loss "
+            "computes its gradient in forward, before GradScaler scales the loss, and fp16 "
+            "flushes gradients of ~1 / tokens to zero (set train.fused_loss = false)",
+        )
+        _require(
+            self.fused_loss_rows >= 0,
+            f"train.fused_loss_rows = {self.fused_loss_rows} must be >= 0 (0 = the micro-batch)",
         )
         _choice("train.device", self.device, DEVICES)
         _choice("train.sdpa_backend", self.sdpa_backend, SDPA_BACKENDS)

@@ -1,7 +1,7 @@
 """Training wrappers applied from outside the model, in one fixed order: the residual stream's
-dtype, activation checkpointing, then torch.compile, then sharding, which the backend's wrap()
-does right after (fully_shard per block then the root for fsdp2, DistributedDataParallel for
-ddp). The model stays single-device math.
+dtype and the fused head + loss (model attributes), activation checkpointing, then
+torch.compile, then sharding, which the backend's wrap() does right after (fully_shard per block
+then the root for fsdp2, DistributedDataParallel for ddp). The model stays single-device math.
 
 All are applied in place, so parameter names and the saved state dict do not change.
 """
@@ -62,6 +62,8 @@ def apply_compile(model: nn.Module) -> None:
 
 def parallelize(model: nn.Module, train: TrainSection) -> nn.Module:
     model.autocast_residual = train.residual_stream == "autocast"
+    model.fused_loss = bool(train.fused_loss)
+    model.fused_loss_rows = train.fused_loss_rows
     if train.activation_checkpointing:
         apply_activation_checkpointing(model)
     if train.compile:

@@ -4,7 +4,11 @@ x ─┬─ attn_norm ─ attn ─(+)─┬─ ffn_norm ─ ffn ─(+)─> out  
    └────────────────────────┘└─────────────────────┘
 
 The add before ffn_norm and the norm itself are one kernel (rms_norm_residual), which returns both
-the normalized input of the FFN and the updated residual stream.
+the normalized input of the FFN and the updated residual stream. The block's last add is left to
+the next norm the same way: a block returns the stream before it (hidden) and the FFN's output
+(pending), and the next block's attn_norm (or the model's final norm) adds them in its own pass.
+That saves one read-read-write pass over the stream per block in forward, and in backward the
+norm's kernel adds the residual's gradient instead of a separate add.
 
 A block returns its MoE / MoD records with its output (BlockOutput) and the model collects them:
 nothing is shared and mutated across module boundaries, so wrappers that rebuild a block's
@@ -32,9 +36,14 @@ class MoDRecord(NamedTuple):  # a NamedTuple for the reason given at MoERecord
 
 
 class BlockOutput(NamedTuple):
-    hidden: torch.Tensor  # (B, T, C) the residual stream after the block
+    hidden: torch.Tensor  # (B, T, C) the residual stream after the block, less `pending`
     moe: MoERecord | None  # None when the FFN is dense, or an MoD block ran no token
     mod: MoDRecord | None  # None for a plain (not depth-routed) block
+    pending: torch.Tensor | None  # (B, T, C) still to be added to hidden, or None
+
+    def stream(self) -> torch.Tensor:
+        """The residual stream after the block, with the pending add done."""
+        return self.hidden if self.pending is None else self.hidden + self.pending
 
 
 @dataclass(frozen=True)
@@ -94,10 +103,15 @@ class Block(nn.Module):
         f, record = self._ffn(self.ffn_norm(x + a))
         return a + self.resid_drop(f), record
 
-    def forward(self, x: torch.Tensor, ctx: Context) -> BlockOutput:
-        a = self.attn(
-            self.attn_norm(x), ctx.cos, ctx.sin, ctx.mask, self.cache_layer(ctx), ctx.start
-        )
+    def forward(
+        self, x: torch.Tensor, ctx: Context, pending: torch.Tensor | None = None
+    ) -> BlockOutput:
+        """x (B, T, C) the stream, less the previous block's `pending` output when one is given."""
+        if pending is None:
+            n = self.attn_norm(x)
+        else:
+            n, x = self.attn_norm(x, pending)  # x += pending, n = attn_norm(x): one pass
+        a = self.attn(n, ctx.cos, ctx.sin, ctx.mask, self.cache_layer(ctx), ctx.start)
         n, h = self.ffn_norm(x, self.resid_drop(a))  # h = x + a, n = ffn_norm(h): one pass
         f, record = self._ffn(n)
-        return BlockOutput(h + self.resid_drop(f), record, None)
+        return BlockOutput(h, record, None, self.resid_drop(f))

@@ -1,6 +1,13 @@
-"""SwiGLU feed-forward (Shazeer 2020): w2(silu(w1 x) * w3 x); w1 = gate, w3 = up, w2 = down."""
+"""SwiGLU feed-forward (Shazeer 2020): w2(silu(w1 x) * w3 x); w1 = gate, w3 = up, w2 = down.
+
+Gate and up run as one GEMM over w13 = [w1; w3], concatenated per forward (the weights stay two
+parameters: names and checkpoints do not change). Its input gradient is then one GEMM instead of
+two plus an add, and the activation's gradient comes back as one tensor (swiglu_packed). Reading
+w1 and w3 without calling them: ZeRO-3 must gather them for this module (external_parameters).
+"""
 
 import torch
+import torch.nn.functional as F
 from ats_kernels import KernelSet
 from torch import nn
 
@@ -18,5 +25,10 @@ class SwiGLUFFN(nn.Module):
         nn.init.normal_(self.w3.weight, std=std)
         nn.init.normal_(self.w2.weight, std=resid_std)
 
+    def external_parameters(self) -> list[nn.Parameter]:
+        """Children's parameters this module's forward reads directly."""
+        return [self.w1.weight, self.w3.weight]
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w2(self.kernels.swiglu(self.w1(x), self.w3(x)))
+        w13 = torch.cat([self.w1.weight, self.w3.weight])  # (2F, C)
+        return self.w2(self.kernels.swiglu_packed(F.linear(x, w13)))  # (..., 2F) -> (..., F) -> C

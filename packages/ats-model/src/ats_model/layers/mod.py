@@ -97,7 +97,13 @@ class MoDBlock(Block):
             )
         return position_hash(positions, self.seed) < self.capacity
 
-    def forward(self, x: torch.Tensor, ctx: Context) -> BlockOutput:
+    def forward(
+        self, x: torch.Tensor, ctx: Context, pending: torch.Tensor | None = None
+    ) -> BlockOutput:
+        """As Block.forward; the pending add is done first (routing reads the whole stream), and
+        the block returns its stream complete."""
+        if pending is not None:
+            x = x + pending
         B, T, C = x.shape
         valid = None if ctx.key_valid is None else ctx.key_valid[:, ctx.start : ctx.start + T]
         causal = ctx.causal_routing or ctx.cache is not None
@@ -130,7 +136,7 @@ class MoDBlock(Block):
             out, moe = self._forward_cached(x, ctx, sel, weight)
         else:
             out, moe = self._forward_gathered(x, ctx, sel, weight)
-        return BlockOutput(out, moe, record)
+        return BlockOutput(out, moe, record, None)
 
     def _forward_gathered(
         self,
