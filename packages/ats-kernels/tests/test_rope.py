@@ -102,3 +102,19 @@ def test_gradcheck() -> None:
     k = torch.randn(1, 1, 3, 4, dtype=torch.float64, requires_grad=True)
     cos, sin = rope_tables(4, 3, 10000.0, dtype=torch.float64)
     assert torch.autograd.gradcheck(lambda a, b: ref_rope(a, b, cos, sin), (q, k))
+
+
+def test_rope_qkv_splits_one_projection_and_rotates_q_and_k() -> None:
+    from ats_kernels import ref_rope_qkv
+
+    torch.manual_seed(0)
+    B, T, H, Hk, hd = 2, 5, 4, 2, 6
+    qkv = torch.randn(B, T, (H + 2 * Hk) * hd, dtype=torch.float64, requires_grad=True)
+    cos, sin = rope_tables(hd, T, dtype=torch.float64)
+    q, k, v = ref_rope_qkv(qkv, cos, sin, H, Hk)
+    heads = qkv.view(B, T, H + 2 * Hk, hd).transpose(1, 2)  # (B, heads, T, hd)
+    q_ref, k_ref = ref_rope(heads[:, :H], heads[:, H : H + Hk], cos, sin)
+    torch.testing.assert_close(q, q_ref)
+    torch.testing.assert_close(k, k_ref)
+    torch.testing.assert_close(v, heads[:, H + Hk :])
+    assert torch.autograd.gradcheck(lambda x: ref_rope_qkv(x, cos, sin, H, Hk), (qkv,))

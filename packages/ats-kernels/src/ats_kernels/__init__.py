@@ -7,7 +7,7 @@ from ats_kernels.grouped_mlp import ref_grouped_mlp
 from ats_kernels.moe_permute import ref_moe_permute, ref_moe_unpermute
 from ats_kernels.moe_route import ref_moe_route
 from ats_kernels.rms_norm import ref_rms_norm, ref_rms_norm_residual
-from ats_kernels.rope import ref_rope, rope_tables
+from ats_kernels.rope import ref_rope, ref_rope_qkv, rope_tables
 from ats_kernels.swiglu import ref_swiglu, ref_swiglu_packed
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "ref_rms_norm",
     "ref_rms_norm_residual",
     "ref_rope",
+    "ref_rope_qkv",
     "rope_tables",
     "ref_swiglu",
     "ref_swiglu_packed",

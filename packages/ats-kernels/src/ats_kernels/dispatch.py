@@ -20,7 +20,7 @@ from ats_kernels.grouped_mlp import ref_grouped_mlp
 from ats_kernels.moe_permute import ref_moe_permute, ref_moe_unpermute
 from ats_kernels.moe_route import ref_moe_route
 from ats_kernels.rms_norm import ref_rms_norm, ref_rms_norm_residual
-from ats_kernels.rope import ref_rope
+from ats_kernels.rope import ref_rope, ref_rope_qkv
 from ats_kernels.swiglu import ref_swiglu, ref_swiglu_packed
 
 log = logging.getLogger("ats_kernels")
@@ -36,6 +36,7 @@ class KernelSet:
     rms_norm: Callable
     rms_norm_residual: Callable
     rope: Callable
+    rope_qkv: Callable
     swiglu: Callable
     swiglu_packed: Callable
     moe_route: Callable
@@ -51,6 +52,7 @@ REFERENCE = KernelSet(
     rms_norm=ref_rms_norm,
     rms_norm_residual=ref_rms_norm_residual,
     rope=ref_rope,
+    rope_qkv=ref_rope_qkv,
     swiglu=ref_swiglu,
     swiglu_packed=ref_swiglu_packed,
     moe_route=ref_moe_route,
@@ -98,6 +100,7 @@ def _triton_kernel_set() -> KernelSet:
             rms_norm=ops.rms_norm,
             rms_norm_residual=ops.rms_norm_residual,
             rope=ops.rope,
+            rope_qkv=ops.rope_qkv,
             swiglu=ops.swiglu,
             swiglu_packed=ops.swiglu_packed,
             moe_route=ops.moe_route,

@@ -71,3 +71,21 @@ def ref_rope(
     q_out = q * cos + _rotate_half(q) * sin
     k_out = k * cos + _rotate_half(k) * sin
     return q_out, k_out
+
+
+def ref_rope_qkv(
+    qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_head: int, n_kv_head: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """qkv (B, T, (n_head + 2 n_kv_head) hd), the output of one fused q|k|v projection ->
+    (q, k, v) as (B, heads, T, hd) views, q and k rotated by ref_rope."""
+    B, T, width = qkv.shape
+    heads = n_head + 2 * n_kv_head
+    if width % heads or (width // heads) % 2:
+        raise ValueError(
+            f"rope_qkv: qkv width {width} is not {heads} heads (n_head {n_head} + 2 x n_kv_head "
+            f"{n_kv_head}) of an even head_dim"
+        )
+    hd = width // heads
+    q, k, v = qkv.view(B, T, heads, hd).split([n_head, n_kv_head, n_kv_head], dim=2)
+    q, k = ref_rope(q.transpose(1, 2), k.transpose(1, 2), cos, sin)
+    return q, k, v.transpose(1, 2)

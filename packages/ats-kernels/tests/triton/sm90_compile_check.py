@@ -112,6 +112,16 @@ def main() -> None:
             "BLOCK_HALF": "constexpr",
         }
         comp(rp._rope_kernel, sig, {"BACKWARD": bw, "HEADS": 8, "BLOCK_T": 32, "BLOCK_HALF": 64}, 8)
+    tail = ["scb", "sct", "T", "n_q_heads", "n_k_heads", "hd", "half"]
+    blocks = {"HEADS": 8, "BLOCK_T": 32, "BLOCK_HALF": 64}
+    fwd = {k: "*bf16" for k in ["QKV", "QO", "KO"]} | {"COS": "*fp32", "SIN": "*fp32"}
+    fwd_ints = ["sxb", "sxt", "sqob", "sqoh", "sqot", "skob", "skoh", "skot", *tail]
+    fwd |= {k: "i32" for k in fwd_ints} | {k: "constexpr" for k in blocks}
+    comp(rp._rope_qkv_fwd_kernel, fwd, blocks, 8)
+    bwd = {k: "*bf16" for k in ["DQ", "DK", "DV", "DQKV"]} | {"COS": "*fp32", "SIN": "*fp32"}
+    strides = ["sqb", "sqh", "sqt", "skb", "skh", "skt", "svb", "svh", "svt", "syb", "syt"]
+    bwd |= {k: "i32" for k in [*strides, *tail]} | {k: "constexpr" for k in blocks}
+    comp(rp._rope_qkv_bwd_kernel, bwd, blocks, 8)
     sw = m("swiglu")
     comp(
         sw._swiglu_fwd_kernel,

@@ -8,7 +8,7 @@ from ats_kernels import select
 def test_select_triton_holds_every_triton_op(device: str) -> None:
     ks = select("triton")
     assert ks.name == "triton"
-    for field in ("rms_norm", "rms_norm_residual", "rope", "swiglu", "swiglu_packed", "moe_route", "moe_permute",
+    for field in ("rms_norm", "rms_norm_residual", "rope", "rope_qkv", "swiglu", "swiglu_packed", "moe_route", "moe_permute",
                   "moe_unpermute", "grouped_mlp", "cross_entropy", "linear_cross_entropy"):  # fmt: skip
         assert getattr(ks, field) is getattr(triton_ops, field), field
     if device == "cuda":

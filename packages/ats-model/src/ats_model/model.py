@@ -14,7 +14,7 @@ from torch import nn
 
 from ats_model import families
 from ats_model.config import ModelConfig
-from ats_model.layers.attention import causal_mask
+from ats_model.layers.attention import Attention, causal_mask
 from ats_model.layers.block import Context, MoDRecord
 from ats_model.layers.ffn import SwiGLUFFN
 from ats_model.layers.kv_cache import KVCache
@@ -80,12 +80,13 @@ class Transformer(nn.Module):
     def external_parameters(self) -> list[tuple[nn.Module, nn.Parameter]]:
         """(module, parameter) pairs where a module's forward reads a parameter its child owns
         without calling the child: the head's weight in the root (the tied head and the fused
-        loss), w1 / w3 in every SwiGLU FFN (the w13 GEMM). DeepSpeed ZeRO-3 gathers a parameter
-        only in its owner's forward, so its backend registers these with the reader."""
+        loss), wq / wk / wv in every attention (the wqkv GEMM) and w1 / w3 in every SwiGLU FFN
+        (the w13 GEMM). DeepSpeed ZeRO-3 gathers a parameter only in its owner's forward, so its
+        backend registers these with the reader."""
         head = self.tok_embeddings if self.output is None else self.output
         pairs: list[tuple[nn.Module, nn.Parameter]] = [(self, head.weight)]
         for module in self.modules():
-            if isinstance(module, SwiGLUFFN):
+            if isinstance(module, (Attention, SwiGLUFFN)):
                 pairs += [(module, p) for p in module.external_parameters()]
         return pairs
 

@@ -9,7 +9,7 @@ from ats_kernels.triton.grouped_mlp import grouped_mlp
 from ats_kernels.triton.moe_permute import moe_permute, moe_unpermute
 from ats_kernels.triton.moe_route import moe_route
 from ats_kernels.triton.rms_norm import rms_norm, rms_norm_residual
-from ats_kernels.triton.rope import rope
+from ats_kernels.triton.rope import rope, rope_qkv
 from ats_kernels.triton.swiglu import swiglu, swiglu_packed
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "rms_norm",
     "rms_norm_residual",
     "rope",
+    "rope_qkv",
     "swiglu",
     "swiglu_packed",
 ]

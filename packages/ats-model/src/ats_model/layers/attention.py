@@ -2,6 +2,12 @@
 
 q heads:  0 1 | 2 3 | 4 5 | 6 7        n_head = 8, n_kv_head = 4, group g = 2
 kv heads:  0  |  1  |  2  |  3         kv head j serves q heads j*g .. j*g+g-1 (HF repeat_kv)
+
+q, k and v come from one GEMM over wqkv = [wq; wk; wv], concatenated per forward (the weights
+stay three parameters: names and checkpoints do not change), and kernels.rope_qkv splits and
+rotates its output: the input gradient is then one GEMM over one (B, T, width) gradient instead
+of three GEMMs and a sum. Reading wq / wk / wv without calling them: ZeRO-3 must gather them for
+this module (external_parameters).
 """
 
 import torch
@@ -47,6 +53,10 @@ class Attention(nn.Module):
             nn.init.normal_(lin.weight, std=std)
         nn.init.normal_(self.wo.weight, std=resid_std)
 
+    def external_parameters(self) -> list[nn.Parameter]:
+        """Children's parameters this module's forward reads directly."""
+        return [self.wq.weight, self.wk.weight, self.wv.weight]
+
     def forward(
         self,
         x: torch.Tensor,
@@ -62,10 +72,9 @@ class Attention(nn.Module):
         queries attend to slots [0, start + T) (mask required).
         """
         B, T, _ = x.shape
-        q = self.wq(x).view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, nh, T, hd)
-        k = self.wk(x).view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd)
-        v = self.wv(x).view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd)
-        q, k = self.kernels.rope(q, k, cos, sin)
+        wqkv = torch.cat([self.wq.weight, self.wk.weight, self.wv.weight])  # ((nh + 2 nkv) hd, C)
+        # q (B, nh, T, hd) and k (B, nkv, T, hd) rotated, v (B, nkv, T, hd)
+        q, k, v = self.kernels.rope_qkv(F.linear(x, wqkv), cos, sin, self.n_head, self.n_kv_head)
         if cache is not None:
             if mask is None:
                 raise ValueError("Attention: a KV cache needs an explicit mask (slots are offset)")
