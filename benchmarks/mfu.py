@@ -3,8 +3,9 @@
 The model, torch.compile, optimizer, precision and backend come from ats_train's own build functions
 (build_model_config, build_model, parallelize, build_optimizer (fused AdamW), build_precision,
 build_backend), and one step is the trainer's forward_backward + backend.step with one micro-batch,
-so the number is what `ats train` users get. Batches are random tokens (throughput does not depend
-on the data; no tokenizer or shards are built). N warmup steps (compile) then timed steps between
+so the number is what `ats train` users get; --read-loss adds the trainer's per-step host read of
+the loss before the update. Batches are random tokens (throughput does not depend on the data; no
+tokenizer or shards are built). N warmup steps (compile) then timed steps between
 torch.cuda.synchronize calls. MFU = tokens/s x ats_model.flops_per_token (6 x active matmul params
 + attention) / the dense bf16 peak (989 TFLOP/s on the H200, ats_train.mfu.peak_flops).
 
@@ -105,6 +106,8 @@ def run(preset: str, kernels: str, sdpa: str, args: argparse.Namespace) -> dict:
             main_loss, aux = output.loss, output.aux
         loss = main_loss + sum(loss_weights[k] * v for k, v in aux.items())
         backend.backward(loss, last_micro_batch=True)
+        if args.read_loss:  # the trainer's host read before the update (Trainer.train_step)
+            float(main_loss.detach())
         backend.step(optimizer, config.optim.grad_clip)
         optimizer.zero_grad(set_to_none=True)
         return main_loss.detach()
@@ -139,7 +142,7 @@ def run(preset: str, kernels: str, sdpa: str, args: argparse.Namespace) -> dict:
         "batch": train.batch_size, "seq_len": train.seq_len, "precision": train.precision,
         "residual_stream": train.residual_stream, "fused_loss": train.fused_loss,
         "fused_loss_rows": train.fused_loss_rows,
-        "compile": train.compile, "cuda_graphs": train.cuda_graphs, "warmup_steps": args.warmup, "timed_steps": args.steps,
+        "read_loss": args.read_loss, "compile": train.compile, "cuda_graphs": train.cuda_graphs, "warmup_steps": args.warmup, "timed_steps": args.steps,
         "warmup_s": round(warmup_s, 1), "final_loss": round(float(loss), 4),
         "graph_breaks": sum(counters["graph_break"].values()),
         "graph_break_reasons": [r[:160] for r, _ in counters["graph_break"].most_common(5)],
@@ -175,6 +178,13 @@ def main() -> None:
     )
     parser.add_argument(
         "--fused-loss-rows", type=int, default=0, help="train.fused_loss_rows (0 = the batch)"
+    )
+    parser.add_argument(
+        "--read-loss",
+        action="store_true",
+        help="wait for the loss on the host before each update, as ats-train does (its "
+        "orchestrator reads it before deciding on the update); without it the step waits once, "
+        "in backend.step, for the gradient norm",
     )
     parser.add_argument(
         "--profile", type=Path, default=None, help="also trace 3 steps per run into this dir"

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ats_train.backends.guarded_step import step_if_finite
 from ats_train.backends.optimizer_dcp import load_optimizer_dcp, save_optimizer_dcp
 from ats_train.checkpoint import CheckpointError
 from ats_train.checkpoint_sharded import DCP_DIR
@@ -49,18 +50,16 @@ class SingleBackend:
         if scaler is not None:
             scaler.unscale_(optimizer)
         max_norm = grad_clip if grad_clip > 0 else math.inf
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self._params, max_norm))
+        norm = torch.nn.utils.clip_grad_norm_(self._params, max_norm)
         if scaler is not None:
             # GradScaler skips the step itself when it found inf/NaN and lowers the scale.
+            grad_norm = float(norm)
             scale_before = scaler.get_scale()
             scaler.step(optimizer)
             scaler.update()
             stepped = scaler.get_scale() >= scale_before
-        elif math.isfinite(grad_norm):
-            optimizer.step()
-            stepped = True
         else:
-            stepped = False  # a non-finite gradient would turn every weight into NaN
+            grad_norm, stepped = step_if_finite(optimizer, norm)
         optimizer.zero_grad(set_to_none=True)
         return grad_norm, stepped
 
