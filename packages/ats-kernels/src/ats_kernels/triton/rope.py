@@ -127,7 +127,10 @@ def _rope_qkv_bwd_kernel(
     HEADS: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_HALF: tl.constexpr,
 ):  # fmt: skip
     # program (t block, b, head group): q groups, then k groups (both rotated back), then v
-    # groups (copied); each writes its heads' columns of the one (B, T, width) gradient
+    # groups (copied); each writes its heads' columns of the one (B, T, width) gradient. Each of
+    # dq, dk, dv is read through its own masked load, never through a pointer chosen by a branch:
+    # torch.compile's analysis of which arguments a kernel writes gives up on such a choice, and
+    # then copies every input before the launch (three (B, T, C) clones per layer on the H200).
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     b = tl.program_id(1).to(tl.int64)
     group = tl.program_id(2)
@@ -136,28 +139,33 @@ def _rope_qkv_bwd_kernel(
     d = tl.arange(0, BLOCK_HALF)
     mask = (t < T)[:, None] & (d < half)[None, :]
     c1, c2, s1, s2 = _tables(COS, SIN, b, scb, sct, t, d, mask, half, DQKV)
-    is_k = (group >= n_q_groups) & (group < n_q_groups + n_k_groups)
+    is_q = group < n_q_groups
     is_v = group >= n_q_groups + n_k_groups
+    is_k = ~is_q & ~is_v
     h0 = (group - tl.where(is_v, n_q_groups + n_k_groups, tl.where(is_k, n_q_groups, 0))) * HEADS
-    n_heads = tl.where(is_k | is_v, n_k_heads, n_q_heads)
+    n_heads = tl.where(is_q, n_q_heads, n_k_heads)
     section = tl.where(is_v, n_q_heads + n_k_heads, tl.where(is_k, n_q_heads, 0))
-    if is_v:
-        X, sxb, sxh, sxt = DV, svb, svh, svt
-    elif is_k:
-        X, sxb, sxh, sxt = DK, skb, skh, skt
-    else:
-        X, sxb, sxh, sxt = DQ, sqb, sqh, sqt
-    x_row = X + b * sxb + h0 * sxh + t.to(tl.int64)[:, None] * sxt + d[None, :]
-    y_row = DQKV + b * syb + t.to(tl.int64)[:, None] * syt + (section + h0) * hd + d[None, :]
-    for _ in range(h0, tl.minimum(h0 + HEADS, n_heads)):
-        x1 = tl.load(x_row, mask=mask, other=0.0).to(tl.float32)
-        x2 = tl.load(x_row + half, mask=mask, other=0.0).to(tl.float32)
-        r1, r2 = _rotate(x1, x2, c1, c2, s1, s2, True)
-        y1 = tl.where(is_v, x1, r1)
-        y2 = tl.where(is_v, x2, r2)
+    t64 = t.to(tl.int64)[:, None]
+    y_row = DQKV + b * syb + t64 * syt + (section + h0) * hd + d[None, :]
+    # per-tensor masks (tl.where: Triton's interpreter rejects a block mask & a scalar flag)
+    q_mask = tl.where(is_q, mask, False)
+    k_mask = tl.where(is_k, mask, False)
+    v_mask = tl.where(is_v, mask, False)
+    for h in range(h0, tl.minimum(h0 + HEADS, n_heads)):
+        q_at = DQ + b * sqb + h * sqh + t64 * sqt + d[None, :]
+        k_at = DK + b * skb + h * skh + t64 * skt + d[None, :]
+        v_at = DV + b * svb + h * svh + t64 * svt + d[None, :]
+        q1 = tl.load(q_at, mask=q_mask, other=0.0).to(tl.float32)
+        q2 = tl.load(q_at + half, mask=q_mask, other=0.0).to(tl.float32)
+        k1 = tl.load(k_at, mask=k_mask, other=0.0).to(tl.float32)
+        k2 = tl.load(k_at + half, mask=k_mask, other=0.0).to(tl.float32)
+        v1 = tl.load(v_at, mask=v_mask, other=0.0).to(tl.float32)
+        v2 = tl.load(v_at + half, mask=v_mask, other=0.0).to(tl.float32)
+        r1, r2 = _rotate(tl.where(is_q, q1, k1), tl.where(is_q, q2, k2), c1, c2, s1, s2, True)
+        y1 = tl.where(is_v, v1, r1)
+        y2 = tl.where(is_v, v2, r2)
         tl.store(y_row, y1.to(DQKV.dtype.element_ty), mask=mask)
         tl.store(y_row + half, y2.to(DQKV.dtype.element_ty), mask=mask)
-        x_row += sxh
         y_row += hd
 
 
