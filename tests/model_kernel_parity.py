@@ -3,8 +3,8 @@ one model built twice, kernels="reference" and kernels="triton", same weights an
 JSON {loss, triton_loss, max_grad_rel_err}. argv: PRESET DEVICE MODE, MODE "fp32" (no autocast)
 or "bf16-stream" (bf16 autocast with the residual stream in bf16: the norms write bf16, the fused
 residual add runs on a bf16 stream). The Triton model fuses its head into the loss
-(Transformer.fused_loss, in chunks of 24 of the 64 rows) against the reference's plain logits +
-cross-entropy."""
+(Transformer.fused_loss, in chunks of 24 of the 64 rows) and its q|k|v and gate|up projections
+(rope_qkv, swiglu_packed) against the reference's plain ones."""
 
 import contextlib
 import json
@@ -35,6 +35,7 @@ def main(preset: str, device: str, mode: str) -> None:
     fast = build_model(config, device=torch.device(device), kernels="triton")
     fast.load_state_dict(reference.state_dict())
     fast.fused_loss, fast.fused_loss_rows = True, 24
+    fast.fuse_projections(True)
     x = torch.randint(0, config.vocab_size, (2, 32), generator=torch.Generator().manual_seed(1))
     x = x.to(device)
     loss, grads = loss_and_grads(reference, x, mode)

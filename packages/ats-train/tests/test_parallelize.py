@@ -61,3 +61,15 @@ def test_residual_stream_sets_the_models_autocast_residual(stream: str, want: bo
     model = _model()
     parallelize(model, TrainSection(precision="bf16", residual_stream=stream))
     assert model.autocast_residual is want
+
+
+@pytest.mark.parametrize("on", [False, True])
+def test_fused_loss_and_projections_reach_the_model(on: bool) -> None:
+    """train.fused_loss / fused_loss_rows / fused_projections become the model's attributes (the
+    bare model has them off: its own tests and inference keep the plain path)."""
+    model = _model()
+    assert not model.fused_loss
+    parallelize(model, TrainSection(fused_loss=on, fused_loss_rows=7, fused_projections=on))
+    assert model.fused_loss is on and model.fused_loss_rows == 7
+    flags = [m.fused for m in model.modules() if hasattr(m, "fused")]
+    assert flags and all(f is on for f in flags)

@@ -77,12 +77,20 @@ class Transformer(nn.Module):
     def mod_layers(self) -> list[MoDBlock]:
         return [m for m in self.layers if isinstance(m, MoDBlock)]
 
+    def fuse_projections(self, on: bool) -> None:
+        """Training with gradients on: q|k|v and gate|up each as one GEMM over concatenated
+        weights (attention.py, ffn.py). A training choice (ats-train's train.fused_projections),
+        off by default: the same math, in a different GEMM blocking."""
+        for module in self.modules():
+            if isinstance(module, (Attention, SwiGLUFFN)):
+                module.fused = on
+
     def external_parameters(self) -> list[tuple[nn.Module, nn.Parameter]]:
         """(module, parameter) pairs where a module's forward reads a parameter its child owns
         without calling the child: the head's weight in the root (the tied head and the fused
         loss), wq / wk / wv in every attention (the wqkv GEMM) and w1 / w3 in every SwiGLU FFN
-        (the w13 GEMM). DeepSpeed ZeRO-3 gathers a parameter only in its owner's forward, so its
-        backend registers these with the reader."""
+        (the w13 GEMM) when fused. DeepSpeed ZeRO-3 gathers a parameter only in its owner's
+        forward, so its backend registers these with the reader (harmless when not fused)."""
         head = self.tok_embeddings if self.output is None else self.output
         pairs: list[tuple[nn.Module, nn.Parameter]] = [(self, head.weight)]
         for module in self.modules():

@@ -100,6 +100,9 @@ class TrainSection:
     # GradScaler scales the loss, where fp16 flushes values of ~1 / tokens to zero.
     fused_loss: bool | None = None
     fused_loss_rows: int = 0  # rows of logits the fused loss holds at once; 0 = the micro-batch
+    # q|k|v and gate|up each as one GEMM in training (one input-gradient GEMM instead of 3 or 2
+    # and a sum; ats_model Transformer.fuse_projections)
+    fused_projections: bool = True
     compile: bool = False
     activation_checkpointing: bool = False
     cuda_graphs: bool = False  # forward + backward replayed from CUDA graphs (cuda_graphs.py)

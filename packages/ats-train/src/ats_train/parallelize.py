@@ -1,5 +1,6 @@
 """Training wrappers applied from outside the model, in one fixed order: the residual stream's
-dtype and the fused head + loss (model attributes), activation checkpointing, then
+dtype, the fused head + loss and the fused projections (model attributes), activation
+checkpointing, then
 torch.compile, then sharding, which the backend's wrap() does right after (fully_shard per block
 then the root for fsdp2, DistributedDataParallel for ddp). The model stays single-device math.
 
@@ -64,6 +65,7 @@ def parallelize(model: nn.Module, train: TrainSection) -> nn.Module:
     model.autocast_residual = train.residual_stream == "autocast"
     model.fused_loss = bool(train.fused_loss)
     model.fused_loss_rows = train.fused_loss_rows
+    model.fuse_projections(train.fused_projections)
     if train.activation_checkpointing:
         apply_activation_checkpointing(model)
     if train.compile:

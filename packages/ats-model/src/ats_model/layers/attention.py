@@ -3,11 +3,14 @@
 q heads:  0 1 | 2 3 | 4 5 | 6 7        n_head = 8, n_kv_head = 4, group g = 2
 kv heads:  0  |  1  |  2  |  3         kv head j serves q heads j*g .. j*g+g-1 (HF repeat_kv)
 
-q, k and v come from one GEMM over wqkv = [wq; wk; wv], concatenated per forward (the weights
-stay three parameters: names and checkpoints do not change), and kernels.rope_qkv splits and
-rotates its output: the input gradient is then one GEMM over one (B, T, width) gradient instead
-of three GEMMs and a sum. Reading wq / wk / wv without calling them: ZeRO-3 must gather them for
-this module (external_parameters).
+With `fused` set (ats-train sets it, Transformer.fuse_projections) and gradients on, q, k and v
+come from one GEMM over wqkv = [wq; wk; wv],
+concatenated per forward (the weights stay three parameters: names and checkpoints do not
+change), and kernels.rope_qkv splits and rotates its output: the input gradient is then one GEMM
+over one (B, T, width) gradient instead of three GEMMs and a sum. Without gradients (inference,
+evaluation) there is no backward to pay for the concatenation, which copies every weight per call
+(at decode, most of the cost): the three projections run on the weights in place. Reading wq /
+wk / wv without calling them: ZeRO-3 must gather them for this module (external_parameters).
 """
 
 import torch
@@ -47,6 +50,7 @@ class Attention(nn.Module):
         self.wv = nn.Linear(config.dim, config.n_kv_head * config.head_dim, bias=False)
         self.wo = nn.Linear(config.n_head * config.head_dim, config.dim, bias=False)
         self.dropout = config.dropout  # on the attention weights, in training only
+        self.fused = False  # one wqkv GEMM when gradients are on (module docstring)
 
     def init_weights(self, std: float, resid_std: float) -> None:
         for lin in (self.wq, self.wk, self.wv):
@@ -72,9 +76,17 @@ class Attention(nn.Module):
         queries attend to slots [0, start + T) (mask required).
         """
         B, T, _ = x.shape
-        wqkv = torch.cat([self.wq.weight, self.wk.weight, self.wv.weight])  # ((nh + 2 nkv) hd, C)
-        # q (B, nh, T, hd) and k (B, nkv, T, hd) rotated, v (B, nkv, T, hd)
-        q, k, v = self.kernels.rope_qkv(F.linear(x, wqkv), cos, sin, self.n_head, self.n_kv_head)
+        if self.fused and torch.is_grad_enabled():
+            wqkv = torch.cat([self.wq.weight, self.wk.weight, self.wv.weight])  # ((nh+2nkv) hd, C)
+            # q (B, nh, T, hd) and k (B, nkv, T, hd) rotated, v (B, nkv, T, hd)
+            q, k, v = self.kernels.rope_qkv(
+                F.linear(x, wqkv), cos, sin, self.n_head, self.n_kv_head
+            )
+        else:
+            q = self.wq(x).view(B, T, self.n_head, self.head_dim).transpose(1, 2)
+            k = self.wk(x).view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
+            v = self.wv(x).view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
+            q, k = self.kernels.rope(q, k, cos, sin)
         if cache is not None:
             if mask is None:
                 raise ValueError("Attention: a KV cache needs an explicit mask (slots are offset)")

@@ -1,9 +1,11 @@
 """SwiGLU feed-forward (Shazeer 2020): w2(silu(w1 x) * w3 x); w1 = gate, w3 = up, w2 = down.
 
-Gate and up run as one GEMM over w13 = [w1; w3], concatenated per forward (the weights stay two
-parameters: names and checkpoints do not change). Its input gradient is then one GEMM instead of
-two plus an add, and the activation's gradient comes back as one tensor (swiglu_packed). Reading
-w1 and w3 without calling them: ZeRO-3 must gather them for this module (external_parameters).
+With `fused` set (ats-train sets it, Transformer.fuse_projections) and gradients on, gate and up
+run as one GEMM over w13 = [w1; w3], concatenated per forward (the weights stay two parameters: names and checkpoints do not change). Its input
+gradient is then one GEMM instead of two plus an add, and the activation's gradient comes back as
+one tensor (swiglu_packed). Without gradients the two projections run on the weights in place
+(see attention.py). Reading w1 and w3 without calling them: ZeRO-3 must gather them for this
+module (external_parameters).
 """
 
 import torch
@@ -19,6 +21,7 @@ class SwiGLUFFN(nn.Module):
         self.w1 = nn.Linear(dim, hidden, bias=False)
         self.w3 = nn.Linear(dim, hidden, bias=False)
         self.w2 = nn.Linear(hidden, dim, bias=False)
+        self.fused = False  # one w13 GEMM when gradients are on (module docstring)
 
     def init_weights(self, std: float, resid_std: float) -> None:
         nn.init.normal_(self.w1.weight, std=std)
@@ -30,5 +33,7 @@ class SwiGLUFFN(nn.Module):
         return [self.w1.weight, self.w3.weight]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not (self.fused and torch.is_grad_enabled()):
+            return self.w2(self.kernels.swiglu(self.w1(x), self.w3(x)))
         w13 = torch.cat([self.w1.weight, self.w3.weight])  # (2F, C)
         return self.w2(self.kernels.swiglu_packed(F.linear(x, w13)))  # (..., 2F) -> (..., F) -> C
