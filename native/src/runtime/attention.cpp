@@ -171,7 +171,7 @@ void attention(ats_session *s, int64_t layer, const Rows &rows, float *q, float 
     uint8_t *valid = s->valid[(size_t)layer].data();
 
     /* RoPE and the cache writes, rows spread over the pool (each row owns its slot) */
-    m->pool->run_sized((int)rows.M, rows.M * (NH + NKV) * hd * 2, [&](int task) {
+    m->pool->run_rows((int)rows.M, rows.M * (NH + NKV) * hd * 2, [&](int task) {
         const int64_t r = task;
         const float *cos = m->rope_cos.data() + rows.pos[r] * hd;
         const float *sin = m->rope_sin.data() + rows.pos[r] * hd;

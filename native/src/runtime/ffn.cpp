@@ -30,7 +30,7 @@ static void norm_row(const float *xr, const float *weight, int64_t C, double eps
 
 void rms_norm(ThreadPool *pool, const float *x, const float *weight, int64_t M, int64_t C,
               double eps, float *y) {
-    pool->run_sized((int)M, M * C * 4, [&](int task) {
+    pool->run_rows((int)M, M * C * 4, [&](int task) {
         const int64_t r = task;
         norm_row(x + r * C, weight, C, eps, y + r * C);
     });
@@ -39,7 +39,7 @@ void rms_norm(ThreadPool *pool, const float *x, const float *weight, int64_t M, 
 void rms_norm_qact(ThreadPool *pool, const Kernels *k, const float *x, const float *a, float *h,
                    const float *weight, int64_t M, int64_t C, double eps, QActRows *q) {
     qact_resize(q, M, C);
-    pool->run_sized((int)M, M * C * 12, [&](int task) {
+    pool->run_rows((int)M, M * C * 12, [&](int task) {
         const int64_t r = task;
         thread_local std::vector<float> y;
         y.resize((size_t)C);
@@ -102,7 +102,7 @@ void swiglu_packed(ats_model *m, const SwiGLUPart *parts, int n_parts) {
     float *g0 = g.data();
     const float *u0 = u.data();
     QActRows *hq0 = hq.data();
-    pool->run_sized((int)first[n_parts], off[n_parts] * 12, [&](int t) {
+    pool->run_rows((int)first[n_parts], off[n_parts] * 12, [&](int t) {
         int p = 0;
         while (first[p + 1] <= t) p++;
         const int64_t F = parts[p].w1.rows, n = t - first[p];

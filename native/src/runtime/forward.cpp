@@ -24,7 +24,7 @@ struct Owed {
 /* x = h + f over the pool, when something is owed */
 static void settle(ThreadPool *pool, float *x, const Owed &owed, int64_t M, int64_t C) {
     if (!owed.h) return;
-    pool->run_sized((int)M, M * C, [&](int r) {
+    pool->run_rows((int)M, M * C, [&](int r) {
         for (int64_t i = (int64_t)r * C; i < (int64_t)(r + 1) * C; i++) {
             x[i] = owed.h[i] + owed.f[i];
         }
@@ -155,7 +155,7 @@ void session_forward(ats_session *s, const int32_t *const *ids, const int32_t *n
         if (owed.h) continue;
         float *xp = x.data();
         const float *ap = a.data(), *fp = f.data(); /* the caller's thread_locals, for the pool */
-        pool->run_sized((int)M, M * C, [&](int r) {
+        pool->run_rows((int)M, M * C, [&](int r) {
             for (int64_t i = (int64_t)r * C; i < (int64_t)(r + 1) * C; i++) {
                 xp[i] = (xp[i] + ap[i]) + fp[i];
             }

@@ -25,11 +25,13 @@ namespace ats {
  * each q = round(x / d) in [-127, 127] with d = max|x| / 127 (llama.cpp's Q8_0 activations), and
  * the sum of each block's codes: the packed kernels multiply unsigned weight codes u = w + 128
  * (int8) or u = c (int4, weight c - 8) with q, so sum(w * q) = sum(u * q) - 128 * sum(q)
- * (int8) and sum((c - 8) * q) = sum(c * q) - 8 * sum(q) (int4). */
+ * (int8) and sum((c - 8) * q) = sum(c * q) - 8 * sum(q) (int4). The int4 start values
+ * -8 * sum(q) are stored too, so the int4 kernels broadcast them straight from memory. */
 struct QAct {
-    const int8_t *q;     /* n_blocks * 32 codes */
-    const float *d;      /* n_blocks block scales */
-    const int32_t *sum;  /* n_blocks sums of the block's codes */
+    const int8_t *q;       /* n_blocks * 32 codes */
+    const float *d;        /* n_blocks block scales */
+    const int32_t *sum;    /* n_blocks sums of the block's codes */
+    const int32_t *start4; /* n_blocks values -8 * sum[b] */
 };
 
 /* Weight rows per row group of the packed layouts (repack.h): one per 32-bit lane of a 512-bit

@@ -247,7 +247,7 @@ AVX2 static INLINE void q4_packed_avx2(int n_blocks, const uint8_t *w, const QAc
                 p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(wv[k], bcast_codes_avx2(xq + 4 * k)));
             }
             __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(p16, ones),
-                                           _mm256_set1_epi32(-8 * x[r]->sum[b]));
+                                           _mm256_set1_epi32(x[r]->start4[b]));
             acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot),
                                      _mm256_mul_ps(sw, _mm256_set1_ps(x[r]->d[b])), acc[r]);
         }

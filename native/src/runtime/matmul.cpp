@@ -29,6 +29,7 @@ void qact_resize(QActRows *a, int64_t N, int64_t C) {
     a->q.resize((size_t)(N * C));
     a->d.resize((size_t)(N * nb));
     a->sum.resize((size_t)(N * nb));
+    a->start4.resize((size_t)(N * nb));
     a->rows.resize((size_t)N);
 }
 
@@ -55,15 +56,17 @@ void qact_row(const Kernels *k, const float *x, int64_t C, int64_t n, QActRows *
     int8_t *q = a->q.data() + n * C;
     float *d = a->d.data() + n * nb;
     int32_t *sum = a->sum.data() + n * nb;
+    int32_t *start4 = a->start4.data() + n * nb;
     k->quantize_q8_0((int)nb, x, q, d);
     for (int64_t b = 0; b < nb; b++) sum[b] = block_sum(q + b * 32);
-    a->rows[(size_t)n] = {q, d, sum};
+    for (int64_t b = 0; b < nb; b++) start4[b] = -8 * sum[b];
+    a->rows[(size_t)n] = {q, d, sum, start4};
 }
 
 void qact_build(ThreadPool *pool, const Kernels *k, const float *x, int64_t N, int64_t C,
                 QActRows *a) {
     qact_resize(a, N, C);
-    pool->run_sized((int)N, N * C * 8, [&](int n) { qact_row(k, x + (int64_t)n * C, C, n, a); });
+    pool->run_rows((int)N, N * C * 8, [&](int n) { qact_row(k, x + (int64_t)n * C, C, n, a); });
 }
 
 Weight weight_slice(const Weight &s, int64_t e) {

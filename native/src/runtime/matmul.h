@@ -39,6 +39,7 @@ struct QActRows {
     std::vector<int8_t> q;
     std::vector<float> d;
     std::vector<int32_t> sum;
+    std::vector<int32_t> start4;
     std::vector<QAct> rows;
 };
 

@@ -1,12 +1,17 @@
 /* Load-time repacking of int8/int4 weights into the row-group layout of repack.h, one matrix (or
- * one expert of a stacked weight) at a time, spread over the model's thread pool. */
+ * one expert of a stacked weight) at a time, spread over the model's thread pool, all into one
+ * buffer backed by huge pages where the OS offers them. */
 #include "repack.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #include <new>
+#include <vector>
 
 #include "model_impl.h"
 
@@ -101,10 +106,17 @@ void pack_matrix(ThreadPool *pool, const Weight &w, uint8_t *dst) {
     });
 }
 
-/* Packs the n_stack matrices of w (one per expert, or 1) into owned memory; sets w->packed. */
-static bool repack_weight(ats_model *m, Weight *w, int64_t n_stack, const std::string &name,
-                          std::string *err) {
-    const Kernels *k = m->kernels;
+/* One weight to pack: n_stack matrices (one per expert, or 1) at offset in the packed buffer. */
+struct PackItem {
+    Weight *w;
+    int64_t n_stack;
+    size_t offset;
+};
+
+/* Adds w to the plan (and its size to *total) when it gets a packed copy; false with *err naming
+ * the tensor when it cannot be packed (pack_check). */
+static bool plan_weight(const Kernels *k, Weight *w, int64_t n_stack, const std::string &name,
+                        std::vector<PackItem> *plan, size_t *total, std::string *err) {
     if (w->type == WEIGHT_Q8 && !k->dot_q8_packed) return true;
     if (w->type == WEIGHT_Q4 && !k->dot_q4_packed) return true;
     if ((w->type != WEIGHT_Q8 && w->type != WEIGHT_Q4) || w->cols % 32 != 0) return true;
@@ -114,19 +126,25 @@ static bool repack_weight(ats_model *m, Weight *w, int64_t n_stack, const std::s
             return false;
         }
     }
-    const int64_t bytes = packed_bytes(*w);
-    size_t total = (size_t)(bytes * n_stack);
-    uint8_t *buf = (uint8_t *)aligned_alloc(64, (total + 63) / 64 * 64);
-    if (!buf) throw std::bad_alloc();
-    m->packed.emplace_back(buf);
-    for (int64_t e = 0; e < n_stack; e++) pack_matrix(m->pool.get(), weight_slice(*w, e), buf + e * bytes);
-    w->packed = buf;
-    w->packed_stride = bytes;
+    plan->push_back({w, n_stack, *total});
+    *total += (size_t)(packed_bytes(*w) * n_stack + 63) / 64 * 64;
     return true;
 }
 
+/* The packed copies share one buffer; from 2 MiB on it is aligned to 2 MiB and advised for
+ * transparent huge pages on Linux: the matmuls stream every weight once per forward, and on
+ * 4 KiB pages each 4 KiB of them costs a page walk (dense-254m int4 spans ~30000 pages, ten times
+ * what the L2 TLB maps), also for the prefill's software prefetches of the next weight tile;
+ * huge pages made int4 and int8 decode ~10-15% and prefill ~2% faster (dense-254m, 2-core
+ * EPYC). The advice only changes the page size, so its result is not checked: where it is
+ * refused the copy works the same on small pages. */
+static const size_t HUGE_PAGE = (size_t)2 << 20;
+
 bool weights_repack(ats_model *m, std::string *err) {
     const Config &c = m->cfg;
+    const Kernels *k = m->kernels;
+    std::vector<PackItem> plan;
+    size_t total = 0;
     for (size_t i = 0; i < m->layers.size(); i++) {
         Layer &L = m->layers[i];
         const std::string p = "layers." + std::to_string(i) + ".";
@@ -137,15 +155,38 @@ bool weights_repack(ats_model *m, std::string *err) {
             {&L.w3, "ffn.w3.weight"},        {&L.sw1, "ffn.shared.w1.weight"},
             {&L.sw2, "ffn.shared.w2.weight"}, {&L.sw3, "ffn.shared.w3.weight"}};
         for (const auto &[w, name] : dense) {
-            if (!repack_weight(m, w, 1, p + name, err)) return false;
+            if (!plan_weight(k, w, 1, p + name, &plan, &total, err)) return false;
         }
         const std::pair<Weight *, const char *> experts[] = {
             {&L.ew1, "ffn.experts.w1"}, {&L.ew2, "ffn.experts.w2"}, {&L.ew3, "ffn.experts.w3"}};
         for (const auto &[w, name] : experts) {
-            if (!repack_weight(m, w, c.has_moe ? c.n_experts : 1, p + name, err)) return false;
+            if (!plan_weight(k, w, c.has_moe ? c.n_experts : 1, p + name, &plan, &total, err)) {
+                return false;
+            }
         }
     }
-    return repack_weight(m, &m->output, 1, "output.weight", err);
+    if (!plan_weight(k, &m->output, 1, "output.weight", &plan, &total, err)) return false;
+    if (plan.empty()) return true;
+    const size_t align = total >= HUGE_PAGE ? HUGE_PAGE : 64;
+    const size_t size = (total + align - 1) / align * align;
+    uint8_t *buf = (uint8_t *)aligned_alloc(align, size);
+    if (!buf) throw std::bad_alloc();
+    m->packed.emplace_back(buf);
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    /* before the first touch: a page's size is chosen when it faults in */
+    if (align == HUGE_PAGE) madvise(buf, size, MADV_HUGEPAGE);
+#endif
+    for (const PackItem &item : plan) {
+        Weight *w = item.w;
+        const int64_t bytes = packed_bytes(*w);
+        uint8_t *dst = buf + item.offset;
+        for (int64_t e = 0; e < item.n_stack; e++) {
+            pack_matrix(m->pool.get(), weight_slice(*w, e), dst + e * bytes);
+        }
+        w->packed = dst;
+        w->packed_stride = bytes;
+    }
+    return true;
 }
 
 }  // namespace ats

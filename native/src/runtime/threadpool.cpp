@@ -3,6 +3,8 @@
  * still describes the current job, and the caller only waits for tasks already being run. */
 #include "threadpool.h"
 
+#include <algorithm>
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define CPU_RELAX() _mm_pause()
@@ -103,6 +105,13 @@ void ThreadPool::run_sized(int n_tasks, int64_t work, const std::function<void(i
         return;
     }
     run(n_tasks, fn);
+}
+
+void ThreadPool::run_rows(int n_rows, int64_t work, const std::function<void(int)> &fn) {
+    const int per_task = std::max(1, n_rows / (n_threads_ * 4));
+    run_sized((n_rows + per_task - 1) / per_task, work, [&](int t) {
+        for (int r = t * per_task; r < std::min(n_rows, (t + 1) * per_task); r++) fn(r);
+    });
 }
 
 }  // namespace ats

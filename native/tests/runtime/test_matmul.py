@@ -69,7 +69,8 @@ def random_weight(
 
 
 # (rows, cols, n): rows % 16 != 0 (partial row groups of the packed layout), odd block counts
-# (cols 32, 96, 160, 224), activation rows 1..9 and 17 (kernel calls take up to 8 rows)
+# (cols 32, 96, 160, 224), activation rows 1..9 and 17 (kernel calls take up to 8 rows), 17 blocks
+# (cols 544: the AVX-512 activation rounding's 16-block step, then one block alone)
 SHAPES = [
     (4, 32, 1),
     (5, 64, 3),
@@ -82,6 +83,7 @@ SHAPES = [
     (17, 64, 6),
     (48, 96, 8),
     (31, 256, 17),
+    (20, 544, 3),
 ]
 
 

@@ -102,18 +102,41 @@ def _grouped_mlp_q8_0(
     return torch.cat(outs) if outs else x_sorted.new_zeros(0, w2.shape[1])
 
 
+# ats-model can run q, k, v and the SwiGLU gate and up as one GEMM each on concatenated weights
+# (Transformer.fuse_projections: attention.py wqkv, ffn.py w13), not through the wq/wk/wv/w1/w3
+# modules; either way the input those weights meet is their parent module's first argument
+# (attention's and the feed-forward's x), so that is what gets rounded.
+FUSED_INPUT = {"wq", "wk", "wv", "w1", "w3"}
+
+
+def _round_norm_output(
+    _module: torch.nn.Module, _args: tuple, out: torch.Tensor | tuple[torch.Tensor, torch.Tensor]
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Forward hook on the final norm: Q8_0-rounds its output, which with a pending residual
+    (ats-model's fused residual add) is the pair (norm(x + residual), x + residual)."""
+    if isinstance(out, tuple):
+        return q8_0(out[0]), out[1]
+    return q8_0(out)
+
+
 def activation_quantized_model(model: torch.nn.Module, qdir: Path) -> torch.nn.Module:
     """packed_dequantized_model with Q8_0 rounding of the inputs of every quantized matmul."""
     ref = packed_dequantized_model(model, qdir)
     quantized = json.loads((qdir / "quantization.json").read_text())["quantized"]
     modules = dict(ref.named_modules())
+    rounded = set()  # modules whose input is rounded (once, though several weights read it)
     for name in quantized:
         if name == "output.weight":  # the LM head is `norm(x) @ W.T`: round norm's output
-            ref.norm.register_forward_hook(lambda _m, _a, out: q8_0(out))
+            ref.norm.register_forward_hook(_round_norm_output)
         elif name.endswith(".weight"):  # an nn.Linear
-            modules[name.removesuffix(".weight")].register_forward_pre_hook(
-                lambda _m, args: (q8_0(args[0]),)
-            )
+            module = name.removesuffix(".weight")
+            parent, leaf = module.rsplit(".", 1)
+            target = parent if leaf in FUSED_INPUT else module
+            if target not in rounded:
+                rounded.add(target)
+                modules[target].register_forward_pre_hook(
+                    lambda _m, args: (q8_0(args[0]), *args[1:])
+                )
         else:  # stacked experts layers.N.ffn.experts.w1/w2/w3: the MoE's grouped MLP
             moe = modules[name.rsplit(".", 2)[0]]
             moe.kernels = dataclasses.replace(moe.kernels, grouped_mlp=_grouped_mlp_q8_0)
