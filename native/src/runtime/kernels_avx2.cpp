@@ -400,7 +400,7 @@ static const Kernels AVX2_SET = {"avx2",      dot_f32_avx2,       dot_q8_avx2,
 const Kernels *kernels_avx2() {
     __builtin_cpu_init();
     bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-              __builtin_cpu_supports("f16c");
+              cpu_has_f16c();
     return ok ? &AVX2_SET : nullptr;
 }
 

@@ -521,7 +521,7 @@ const Kernels *kernels_avx512() {
     __builtin_cpu_init();
     bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma") &&
-              __builtin_cpu_supports("f16c");
+              cpu_has_f16c();
     if (!ok) return nullptr;
     return __builtin_cpu_supports("avx512vnni") ? &AVX512_VNNI_SET : &AVX512_SET;
 }

@@ -15,9 +15,17 @@
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
+#include <cpuid.h>
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
+
+/* F16C (cpuid leaf 1, ECX bit 29), read directly: clang 14's __builtin_cpu_supports does not
+ * know "f16c" (the fuzz build, native/fuzz/README.md, is clang's) */
+static inline bool cpu_has_f16c() {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+}
 
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
