@@ -42,8 +42,8 @@ class Transformer(nn.Module):
     fused_loss: a forward given targets runs the LM head and the cross-entropy as one op,
     kernels.linear_cross_entropy, over chunks of `fused_loss_rows` rows (0 = all rows at once),
     and returns logits=None. The Triton op turns each chunk's logits into their gradient in place
-    during forward: one pass over the (tokens, vocab) logits instead of three, and no second
-    buffer of that size for the gradient. Also a training choice (ats-train's train.fused_loss)."""
+    during forward, in one kernel: no second (tokens, vocab) buffer for the gradient. Also a
+    training choice (ats-train's train.fused_loss)."""
 
     def __init__(self, config: ModelConfig, kernels: KernelSet) -> None:
         super().__init__()

@@ -94,10 +94,10 @@ class TrainSection:
     # the residual stream's dtype under autocast: "fp32" (the embedding's), or "autocast" (bf16 /
     # fp16, as Megatron-Core carries it by default): half the bytes of every residual add and norm
     residual_stream: str = "fp32"
-    # the LM head and the cross-entropy as one op (ats_model Transformer.fused_loss): one pass over
-    # the logits instead of three, which never get a second (tokens, vocab) buffer for their
-    # gradient. None = on, except under fp16: the op computes the gradient in forward, before
-    # GradScaler scales the loss, where fp16 flushes values of ~1 / tokens to zero.
+    # the LM head and the cross-entropy as one op (ats_model Transformer.fused_loss): one kernel
+    # writes the logits' gradient over them in forward, so no second (tokens, vocab) buffer and
+    # one kernel instead of two. None = on, except under fp16: the gradient is formed in forward,
+    # before GradScaler scales the loss, where fp16 flushes values of ~1 / tokens to zero.
     fused_loss: bool | None = None
     fused_loss_rows: int = 0  # rows of logits the fused loss holds at once; 0 = the micro-batch
     # q|k|v and gate|up each as one GEMM in training (one input-gradient GEMM instead of 3 or 2

@@ -1,8 +1,8 @@
 """Training wrappers applied from outside the model, in one fixed order: the residual stream's
 dtype, the fused head + loss and the fused projections (model attributes), activation
-checkpointing, then
-torch.compile, then sharding, which the backend's wrap() does right after (fully_shard per block
-then the root for fsdp2, DistributedDataParallel for ddp). The model stays single-device math.
+checkpointing, then torch.compile, then sharding, which the backend's wrap() does right after
+(fully_shard per block then the root for fsdp2, DistributedDataParallel for ddp). The model stays
+single-device math.
 
 All are applied in place, so parameter names and the saved state dict do not change.
 """

@@ -4,13 +4,13 @@ q heads:  0 1 | 2 3 | 4 5 | 6 7        n_head = 8, n_kv_head = 4, group g = 2
 kv heads:  0  |  1  |  2  |  3         kv head j serves q heads j*g .. j*g+g-1 (HF repeat_kv)
 
 With `fused` set (ats-train sets it, Transformer.fuse_projections) and gradients on, q, k and v
-come from one GEMM over wqkv = [wq; wk; wv],
-concatenated per forward (the weights stay three parameters: names and checkpoints do not
-change), and kernels.rope_qkv splits and rotates its output: the input gradient is then one GEMM
-over one (B, T, width) gradient instead of three GEMMs and a sum. Without gradients (inference,
-evaluation) there is no backward to pay for the concatenation, which copies every weight per call
-(at decode, most of the cost): the three projections run on the weights in place. Reading wq /
-wk / wv without calling them: ZeRO-3 must gather them for this module (external_parameters).
+come from one GEMM over wqkv = [wq; wk; wv], concatenated per forward (the weights stay three
+parameters: names and checkpoints do not change), and kernels.rope_qkv splits and rotates its
+output: the input gradient is then one GEMM over one (B, T, width) gradient instead of three GEMMs
+and a sum. Without gradients (inference, evaluation) there is no backward to pay for the
+concatenation, which copies every weight per call (at decode, most of the cost): the three
+projections run on the weights in place. Reading wq / wk / wv without calling them: ZeRO-3 must
+gather them for this module (external_parameters).
 """
 
 import torch

@@ -1,11 +1,11 @@
 """SwiGLU feed-forward (Shazeer 2020): w2(silu(w1 x) * w3 x); w1 = gate, w3 = up, w2 = down.
 
 With `fused` set (ats-train sets it, Transformer.fuse_projections) and gradients on, gate and up
-run as one GEMM over w13 = [w1; w3], concatenated per forward (the weights stay two parameters: names and checkpoints do not change). Its input
-gradient is then one GEMM instead of two plus an add, and the activation's gradient comes back as
-one tensor (swiglu_packed). Without gradients the two projections run on the weights in place
-(see attention.py). Reading w1 and w3 without calling them: ZeRO-3 must gather them for this
-module (external_parameters).
+run as one GEMM over w13 = [w1; w3], concatenated per forward (the weights stay two parameters:
+names and checkpoints do not change). Its input gradient is then one GEMM instead of two plus an
+add, and the activation's gradient comes back as one tensor (swiglu_packed). Without gradients
+the two projections run on the weights in place (see attention.py). Reading w1 and w3 without
+calling them: ZeRO-3 must gather them for this module (external_parameters).
 """
 
 import torch

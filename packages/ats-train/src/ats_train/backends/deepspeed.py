@@ -117,8 +117,8 @@ class DeepSpeedBackend:
             model=model, optimizer=optimizer, config=self.ds_config, dist_init_required=False
         )
         if self.ds_config["zero_optimization"]["stage"] == 3:
-            # parameters read outside their owner's forward (the head's weight in the root, w1 /
-            # w3 in each SwiGLU FFN): ZeRO-3 must gather them for the reader's forward too
+            # parameters read outside their owner's forward (Transformer.external_parameters):
+            # ZeRO-3 must gather them for the reader's forward too
             for reader, param in model.external_parameters():
                 self._ds.zero.register_external_parameter(reader, param)
         self._engine, self._zero, self._base, self._model = engine, zero, optimizer, model
