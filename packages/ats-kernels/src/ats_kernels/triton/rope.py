@@ -271,21 +271,47 @@ class _RoPEQKV(torch.autograd.Function):
     def backward(ctx, dq, dk, dv):
         cos, sin = ctx.saved_tensors
         n_head, n_kv_head = ctx.heads
-        B, _, T, hd = dq.shape
-        dqkv = dq.new_empty(B, T, (n_head + 2 * n_kv_head) * hd)
-        scb = cos.stride(0) if cos.dim() == 3 else 0
-        block_t, block_half = _launch_shape(T, hd)
-        groups = triton.cdiv(n_head, HEADS) + 2 * triton.cdiv(n_kv_head, HEADS)
-        dq, dk, dv = _unit_last(dq), _unit_last(dk), _unit_last(dv)
-        _rope_qkv_bwd_kernel[(triton.cdiv(T, block_t), B, groups)](
-            dq, dk, dv, dqkv, cos, sin,
-            dq.stride(0), dq.stride(1), dq.stride(2), dk.stride(0), dk.stride(1), dk.stride(2),
-            dv.stride(0), dv.stride(1), dv.stride(2), dqkv.stride(0), dqkv.stride(1),
-            scb, cos.stride(-2),
-            T, n_head, n_kv_head, hd, hd // 2,
-            HEADS=HEADS, BLOCK_T=block_t, BLOCK_HALF=block_half, num_warps=8,
-        )  # fmt: skip
-        return dqkv, None, None, None, None
+        return _rope_qkv_backward(dq, dk, dv, cos, sin, n_head, n_kv_head), None, None, None, None
+
+
+# The launch reads the gradients' strides, so it is a custom op that torch.compile does not trace
+# into: when a custom Function's backward reads a gradient's strides, dynamo traces it again with
+# every gradient made contiguous (torch._dynamo.config._autograd_backward_strict_mode_
+# conditional_banned_ops), a (B, T, C) copy each of dq, dk and dv per layer. The stride-order tag
+# keeps the gradients as the attention's backward wrote them.
+@torch.library.custom_op(
+    "ats_kernels::rope_qkv_backward", mutates_args=(), tags=(torch.Tag.needs_fixed_stride_order,)
+)
+def _rope_qkv_backward(
+    dq: torch.Tensor,
+    dk: torch.Tensor,
+    dv: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    n_head: int,
+    n_kv_head: int,
+) -> torch.Tensor:
+    B, _, T, hd = dq.shape
+    dqkv = dq.new_empty(B, T, (n_head + 2 * n_kv_head) * hd)
+    scb = cos.stride(0) if cos.dim() == 3 else 0
+    block_t, block_half = _launch_shape(T, hd)
+    groups = triton.cdiv(n_head, HEADS) + 2 * triton.cdiv(n_kv_head, HEADS)
+    dq, dk, dv = _unit_last(dq), _unit_last(dk), _unit_last(dv)
+    _rope_qkv_bwd_kernel[(triton.cdiv(T, block_t), B, groups)](
+        dq, dk, dv, dqkv, cos, sin,
+        dq.stride(0), dq.stride(1), dq.stride(2), dk.stride(0), dk.stride(1), dk.stride(2),
+        dv.stride(0), dv.stride(1), dv.stride(2), dqkv.stride(0), dqkv.stride(1),
+        scb, cos.stride(-2),
+        T, n_head, n_kv_head, hd, hd // 2,
+        HEADS=HEADS, BLOCK_T=block_t, BLOCK_HALF=block_half, num_warps=8,
+    )  # fmt: skip
+    return dqkv
+
+
+@_rope_qkv_backward.register_fake
+def _(dq, dk, dv, cos, sin, n_head: int, n_kv_head: int) -> torch.Tensor:
+    B, _, T, hd = dq.shape
+    return dq.new_empty(B, T, (n_head + 2 * n_kv_head) * hd)
 
 
 def rope_qkv(
