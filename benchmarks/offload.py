@@ -23,7 +23,7 @@ arithmetic (231.5 GiB measured: pinned staging and fp32 gradient copies), param_
 
 A run whose host-RAM estimate exceeds --host-budget-gib (default 110: the 1-GPU box has 128 GiB)
 or whose disk estimate exceeds the free space under --nvme is skipped with the numbers, not
-started. Each run: --steps steps (micro batch 1, seq --seq-len, activation checkpointing), under
+started. Each run: --steps steps (micro batch 1, seq --seq-len, activation checkpointing; --set KEY=VALUE overrides any of it), under
 torchrun with 1 rank, one JSON line with step times, losses, GPU peak memory and host RSS peak.
 No checkpoint is written (gathering 9.4B fp32 weights + Adam state on one host is 113 GB).
 
@@ -227,6 +227,7 @@ def launch(run: str, args: argparse.Namespace, data_dir: Path) -> dict[str, obje
         str(run_dir),
         str(args.steps),
         *[f"{k}={v}" for k, v in overrides.items()],
+        *args.set,
     ]
     start = time.perf_counter()
     try:
@@ -270,6 +271,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--arithmetic-only", action="store_true", help="print the memory arithmetic and stop"
     )
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE",
+        help="another ats-train override, after the run's own (repeatable)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     from ats_model import count_params, presets
 

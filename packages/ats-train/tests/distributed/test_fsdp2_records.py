@@ -46,3 +46,21 @@ def test_optimizer_step_on_unsharded_parameters_raises(tmp_path: Path) -> None:
     error = json.loads(out.read_text())["error"]
     assert error is not None and "still unsharded at the optimizer step" in error
     assert "tok_embeddings.weight" in error
+
+
+def test_local_shard_update_is_torchs_clip_and_adamw(tmp_path: Path) -> None:
+    """FSDP2's clip + fused AdamW run on each rank's local shards (fsdp2_local_step.py): the global
+    norm, the update and the state checkpoints read (the DTensor optimizer's, gathered) equal
+    torch's clip_grad_norm_ + AdamW on an unsharded copy, and an inf on one rank skips everywhere."""
+    out = tmp_path / "step.json"
+    proc = launch([str(RUNNER.with_name("fsdp2_local_step_runner.py")), str(out)], nproc=2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    for step in result["steps"][:3]:
+        assert step["stepped"]
+        assert step["norm"] == pytest.approx(step["ref_norm"], rel=1e-6)
+        assert step["norm"] > 0.5  # the clip acted
+    assert result["steps"][3]["stepped"] is False
+    assert result["steps"][3]["norm"] == float("inf") == result["steps"][3]["ref_norm"]
+    assert result["weight_diff"] < 1e-6
+    assert result["state_diff"] < 1e-6

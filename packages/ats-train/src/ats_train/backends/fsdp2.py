@@ -14,6 +14,9 @@ router spreads tokens over all of them), so a separate expert unit would be all-
 moment as the rest of the block and only add collectives; separate expert units pay off with expert
 parallelism (experts sharded over their own mesh), which ATS does not do.
 
+The gradient clip and the optimizer update run on each rank's local shards as plain tensors
+(fsdp2_local_step.py): through DTensor dispatch they held the host while the GPU idled.
+
 Optional MixedPrecisionPolicy (train.precision = bf16: bf16 parameters in compute, fp32 gradient
 reduction) and CPUOffloadPolicy (parallel.cpu_offload), the same for every unit. Blocks do not cast
 their inputs (cast_forward_inputs=False): the residual stream is already bf16 and the RoPE tables in
@@ -27,7 +30,6 @@ the optimizer state is not gathered: each rank writes its DTensor shards with DC
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import torch
@@ -43,6 +45,7 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
+from ats_train.backends.fsdp2_local_step import LocalShardStep
 from ats_train.backends.optimizer_dcp import load_optimizer_dcp, save_optimizer_dcp
 from ats_train.backends.process_group import (
     all_reduce_mean,
@@ -82,6 +85,7 @@ class FSDP2Backend:
         self.rank, self.world_size = info.rank, info.world_size
         self._model: nn.Module | None = None
         self._group_names: list[list[str]] = []  # parameter names in optimizer order, per group
+        self._step: LocalShardStep | None = None  # clip + update on the local shards
 
     @property
     def is_main(self) -> bool:
@@ -125,6 +129,7 @@ class FSDP2Backend:
         params = dict(model.named_parameters())
         for group, group_names in zip(optimizer.param_groups, self._group_names, strict=True):
             group["params"] = [params[n] for n in group_names]
+        self._step = LocalShardStep(optimizer, self.device)
         return model, optimizer
 
     def backward(self, loss: torch.Tensor, *, last_micro_batch: bool) -> None:
@@ -133,7 +138,6 @@ class FSDP2Backend:
         loss.backward()
 
     def step(self, optimizer: torch.optim.Optimizer, grad_clip: float) -> tuple[float, bool]:
-        params = [p for p in self._model.parameters() if p.requires_grad]
         unsharded = [n for n, p in self._model.named_parameters() if not isinstance(p, DTensor)]
         if unsharded:
             # the optimizer holds the sharded DTensors: a step now would update none of these
@@ -142,14 +146,9 @@ class FSDP2Backend:
                 f"(first: {unsharded[0]}); FSDP2's post-backward did not run for their unit, so "
                 "their gradients never reached the optimizer's sharded parameters"
             )
-        max_norm = grad_clip if grad_clip > 0 else math.inf
-        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
-        if isinstance(norm, DTensor):
-            norm = norm.full_tensor()
-        grad_norm = float(norm)
-        stepped = math.isfinite(grad_norm)  # the same on every rank: the norm is reduced
-        if stepped:
-            optimizer.step()
+        if self._step is None or self._step.optimizer is not optimizer:
+            self._step = LocalShardStep(optimizer, self.device)
+        grad_norm, stepped = self._step.step(grad_clip)
         optimizer.zero_grad(set_to_none=True)
         average_expert_biases(self._model)
         return grad_norm, stepped
@@ -197,6 +196,7 @@ class FSDP2Backend:
         set_optimizer_state_dict(
             self._model, optimizer, by_name, options=StateDictOptions(full_state_dict=True)
         )
+        self._step = LocalShardStep(optimizer, self.device)  # the update's state is the loaded one
 
     def sharded_layout(self) -> dict[str, object]:
         return {"writer": "dcp", "backend": self.name, "world_size": self.world_size}
@@ -206,6 +206,7 @@ class FSDP2Backend:
 
     def load_optimizer_shards(self, optimizer: torch.optim.Optimizer, directory: Path) -> None:
         load_optimizer_dcp(self._model, optimizer, directory / DCP_DIR)
+        self._step = LocalShardStep(optimizer, self.device)  # the update's state is the loaded one
 
     def all_reduce_mean(self, value: float) -> float:
         return all_reduce_mean(value, self.device)

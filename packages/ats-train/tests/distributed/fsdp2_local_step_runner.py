@@ -1,0 +1,69 @@
+"""Run under torchrun by test_fsdp2_records.py: the FSDP2 backend's clip + update on local shards
+(fsdp2_local_step.py) against torch's own clip_grad_norm_ + AdamW on an unsharded copy, both fused
+AdamW (the CUDA path; torch has a fused CPU kernel). Both ranks feed the same batch, so FSDP2's
+averaged gradient is the copy's. Three steps with the lr changed between them, then one with an inf
+gradient that must be skipped. Rank 0 writes OUT_JSON: per step the two norms and whether it
+stepped, the max weight difference, and the max difference between the DTensor optimizer's
+state_dict (what checkpoints read) and the copy's.
+argv: OUT_JSON
+"""
+
+import copy
+import json
+import sys
+
+import torch
+from ats_model import build_model, presets
+from ats_train.backends import build_backend
+from ats_train.backends.process_group import exit_rank
+from ats_train.config import ParallelSection
+from ats_train.precision import build_precision
+
+
+def main(out_json: str) -> None:
+    device = torch.device("cpu")
+    backend = build_backend(
+        ParallelSection(backend="fsdp2"), device, build_precision("fp32", device)
+    )
+    config = presets.get("tiny-dense")
+    torch.manual_seed(0)
+    raw = build_model(config, kernels="reference")
+    ref = copy.deepcopy(raw)
+    ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2, weight_decay=0.1, fused=True)
+    opt = torch.optim.AdamW(raw.parameters(), lr=1e-2, weight_decay=0.1, fused=True)
+    model, opt = backend.wrap(raw, opt)
+    steps = []
+    for i in range(4):
+        x = torch.randint(0, config.vocab_size, (2, 16), generator=torch.Generator().manual_seed(i))
+        for group in [*opt.param_groups, *ref_opt.param_groups]:
+            group["lr"] = 1e-2 / (i + 1)
+        model(x, targets=x).loss.backward()
+        ref(x, targets=x).loss.backward()
+        if i == 3:  # a non-finite gradient on one rank: every rank must skip the update
+            if backend.rank == 0:
+                next(model.parameters()).grad.to_local().view(-1)[0] = float("inf")
+            next(ref.parameters()).grad.view(-1)[0] = float("inf")
+        ref_norm = float(torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.5))
+        if i < 3:
+            ref_opt.step()
+        ref_opt.zero_grad(set_to_none=True)
+        norm, stepped = backend.step(opt, grad_clip=0.5)
+        steps.append({"norm": norm, "ref_norm": ref_norm, "stepped": stepped})
+    full = {n: p.full_tensor() for n, p in model.named_parameters()}
+    weight_diff = max((full[n] - p).abs().max().item() for n, p in ref.named_parameters())
+    state = backend.optimizer_state(opt)  # gathered from the DTensor optimizer, rank 0
+    if backend.is_main:
+        ref_state = ref_opt.state_dict()["state"]
+        state_diff = max(
+            (state["state"][i][k].float() - ref_state[i][k].float()).abs().max().item()
+            for i in ref_state
+            for k in ("exp_avg", "exp_avg_sq", "step")
+        )
+        with open(out_json, "w") as f:
+            json.dump({"steps": steps, "weight_diff": weight_diff, "state_diff": state_diff}, f)
+    backend.close()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
+    exit_rank(0)  # no interpreter finalization: see process_group.exit_rank
