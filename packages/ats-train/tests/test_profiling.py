@@ -67,6 +67,28 @@ def test_summary_per_step_without_annotation_ranges() -> None:
         "communication": 0.3, "matmul": 0.3, "triton": 0.2
     }  # fmt: skip
     assert summary["top_host_ops"] == [{"name": "aten::mm", "self_ms_per_step": 0.4}]
+    # the GPU idles over [1000, 2000): aten::mm covers none of it
+    assert summary["gpu_idle_ms_per_step"] == 0.5
+    assert summary["host_during_gpu_idle"] == []
+
+
+def test_host_ops_are_charged_with_the_gpu_idle_time_they_overlap() -> None:
+    events = [  # kernels leave two gaps: [100, 300) and [400, 1000)
+        _event("k1", 0, 100),
+        _event("k2", 300, 400),
+        _event("k3", 1000, 1100),
+        _event("Optimizer.step#AdamW.step", 350, 900, device=False),  # 500 of the second gap
+        _event("aten::_fused_adamw_", 500, 700, device=False),  # nested, inside it: 200
+        _event("aten::mm", 50, 150, device=False),  # 50 of the first gap
+        _event("aten::mm", 250, 420, device=False),  # 50 + 20
+    ]
+    summary = summarize(events, steps=1, wall_s=0.0011)
+    assert summary["gpu_idle_ms_per_step"] == 0.8
+    assert summary["host_during_gpu_idle"] == [
+        {"name": "Optimizer.step#AdamW.step", "ms_per_step": 0.5},
+        {"name": "aten::_fused_adamw_", "ms_per_step": 0.2},
+        {"name": "aten::mm", "ms_per_step": 0.12},
+    ]
 
 
 def test_profile_section_rejects_negative_values() -> None:

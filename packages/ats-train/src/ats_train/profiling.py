@@ -3,11 +3,14 @@
 `profile.steps = N` traces steps start+1 .. start+N on every rank and writes, per rank,
 RUN_DIR/profile/rank-R/trace.json.gz (open in Perfetto or chrome://tracing) and summary.txt: wall
 vs GPU-busy time per step, GPU time by kernel category (matmul, attention, communication, ...),
-the top kernels and the top host ops. torchtitan's `profiling.enable_profiling` is the model.
+the top kernels, the top host ops, and what the host was running while the GPU idled (each host
+op or annotation by its time inside the gaps between kernels: the ops that keep the GPU waiting).
+torchtitan's `profiling.enable_profiling` is the model.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
 import time
@@ -47,6 +50,26 @@ def busy_time(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
+def idle_gaps(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The [start, end) stretches between the first and the last kernel with none running."""
+    gaps, reach = [], None
+    for start, end in sorted(intervals):
+        if reach is not None and start > reach:
+            gaps.append((reach, start))
+        reach = end if reach is None else max(reach, end)
+    return gaps
+
+
+def time_in_gaps(start: float, end: float, gaps: list[tuple[float, float]]) -> float:
+    """Length of [start, end) inside the (sorted, disjoint) gaps."""
+    total = 0.0
+    i = max(0, bisect.bisect_right(gaps, (start, float("inf"))) - 1)
+    while i < len(gaps) and gaps[i][0] < end:
+        total += max(0.0, min(end, gaps[i][1]) - max(start, gaps[i][0]))
+        i += 1
+    return total
+
+
 @dataclass
 class KernelTime:
     name: str
@@ -72,7 +95,15 @@ def summarize(events: list, steps: int, wall_s: float) -> dict:
     for e in events:
         if e.device_type == DeviceType.CPU:
             host[e.name] = host.get(e.name, 0.0) + e.self_cpu_time_total
-    busy_us = busy_time([(e.time_range.start, e.time_range.end) for e in kernels])
+    intervals = [(e.time_range.start, e.time_range.end) for e in kernels]
+    busy_us = busy_time(intervals)
+    gaps = idle_gaps(intervals)
+    in_gaps: dict[str, float] = {}  # nested ops each count their own overlap (inclusive)
+    for e in events:
+        if e.device_type == DeviceType.CPU:
+            us = time_in_gaps(e.time_range.start, e.time_range.end, gaps)
+            if us > 0:
+                in_gaps[e.name] = in_gaps.get(e.name, 0.0) + us
     wall_ms = wall_s * 1e3 / steps
     top = sorted(by_kernel.values(), key=lambda k: -k.total_us)
     return {
@@ -98,6 +129,11 @@ def summarize(events: list, steps: int, wall_s: float) -> dict:
             {"name": name[:120], "self_ms_per_step": round(us / 1e3 / steps, 3)}
             for name, us in sorted(host.items(), key=lambda i: -i[1])[:20]
         ],
+        "gpu_idle_ms_per_step": round(sum(b - a for a, b in gaps) / 1e3 / steps, 3),
+        "host_during_gpu_idle": [
+            {"name": name[:120], "ms_per_step": round(us / 1e3 / steps, 3)}
+            for name, us in sorted(in_gaps.items(), key=lambda i: -i[1])[:25]
+        ],
     }
 
 
@@ -119,6 +155,10 @@ def format_summary(summary: dict) -> str:
         "",
         "top host ops by self time: ms/step  name",
         *(f"  {h['self_ms_per_step']:9.3f}  {h['name']}" for h in summary["top_host_ops"]),
+        "",
+        f"GPU idle between kernels: {summary['gpu_idle_ms_per_step']} ms per step; host ops and "
+        "annotations running then (inclusive): ms/step  name",
+        *(f"  {h['ms_per_step']:9.3f}  {h['name']}" for h in summary["host_during_gpu_idle"]),
     ]
     return "\n".join(lines) + "\n"
 
