@@ -207,7 +207,9 @@ class Transformer(nn.Module):
     def _fused_loss(self, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Mean cross-entropy of the head's logits of x (B, T, C) against targets (B, T), never
         holding more than fused_loss_rows rows of logits. The head's weight is read directly (the
-        DeepSpeed backend registers it as the root's external parameter under ZeRO-3); under
+        DeepSpeed backend registers it as the root's external parameter under ZeRO-3, gathered in
+        the root's forward and, through the hook on ModelOutput's tensors, again before its
+        backward); under
         autocast both operands are cast to its dtype, as the head's matmul would be."""
         w = self.tok_embeddings.weight if self.output is None else self.output.weight  # (V, C)
         device = x.device.type

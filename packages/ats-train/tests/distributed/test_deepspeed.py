@@ -205,6 +205,36 @@ def test_zero2_sharded_checkpoint_resumes_only_at_the_saved_world_size(
         assert _snapshot(saved) == before
 
 
+def test_zero3_releasing_every_parameter_trains_an_untied_head_with_the_fused_loss(
+    overrides,
+    tmp_path: Path,  # noqa: ANN001
+) -> None:
+    """ZeRO-3 with nothing persistent (stage3_param_persistence_threshold 0, as a large model's
+    head is): the fused loss reads the untied head's weight in the root's forward, so its backward
+    needs the root's pre-backward re-gather. DeepSpeed attaches that hook to the root's output
+    tensors, which it finds only in tuples, lists, dicts and namedtuples; ModelOutput was a
+    dataclass and the backward met an empty weight (`The size of tensor a (0) must match`). 2
+    ranks reproduce the single-process run of the same untied model."""
+    untied = {"model__tie_embeddings": "false", "checkpoint__every": 0}
+    reference = tmp_path / "single"
+    _ok(run_ats_train(_args(overrides, reference, **untied), nproc=None))
+    config = tmp_path / "zero3.json"
+    config.write_text(
+        json.dumps(
+            {
+                "train_batch_size": "auto",
+                "train_micro_batch_size_per_gpu": "auto",
+                "gradient_accumulation_steps": "auto",
+                "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0},
+            }
+        )
+    )
+    zero3 = {**untied, "parallel__backend": "deepspeed", "parallel__deepspeed_config": config}
+    run_dir = tmp_path / "zero3"
+    _ok(run_ats_train(_args(overrides, run_dir, **zero3), 2))
+    _assert_reproduces(run_dir, reference)
+
+
 def test_world_size_that_does_not_divide_the_batch_fails_clearly(
     overrides,
     tmp_path: Path,  # noqa: ANN001
