@@ -13,7 +13,7 @@ GPUs, two scaling efficiencies, tokens/s / (n_gpus x one GPU's tokens/s):
   pays one per its share. `single` is also the loss reference (same global batch and seed).
 --compile adds train.compile (torch.compile per block) to every configuration; --set KEY=VALUE any
 other ats-train override (`--set profile.steps=3 --set profile.start=15` writes a torch.profiler
-summary per rank to --out/<name>/profile/rank-R/summary.txt).
+summary per rank to --out/<name>/profile/rank-R/summary.txt; tokens/s then stops at profile.start).
 
     PYTHONPATH=$(ls -d packages/*/src | paste -sd:) \\
         python3 benchmarks/distributed.py --data tinyshakespeare.txt --out /tmp/dist --gpus 2
@@ -193,9 +193,24 @@ def train_records(run_dir: Path) -> list[dict]:
     return [r for r in records if r["kind"] == "train"]
 
 
-def steady_tokens_per_s(records: list[dict], warmup: int) -> float | None:
-    """Tokens between the end of step `warmup` and the last step over the wall time between them
-    (metrics.jsonl time stamps): compile, allocator and NCCL warm-up stay out."""
+def last_unprofiled_step(args: argparse.Namespace) -> int | None:
+    """With --set profile.steps=N, the step before the traced ones, so the profiler's overhead stays
+    out of tokens/s (a traced compiled 124M step took ~20% longer); None without profiling."""
+    from ats_train.config import ProfileSection
+
+    settings = dict(item.split("=", 1) for item in args.set if item.startswith("profile."))
+    if int(settings.get("profile.steps", 0)) == 0:
+        return None
+    return int(settings.get("profile.start", ProfileSection().start))
+
+
+def steady_tokens_per_s(
+    records: list[dict], warmup: int, last_step: int | None = None
+) -> float | None:
+    """Tokens between the end of step `warmup` and `last_step` (default: the last one) over the
+    wall time between them (metrics.jsonl time stamps): compile, allocator and NCCL warm-up stay
+    out."""
+    records = [r for r in records if last_step is None or r["step"] <= last_step]
     if len(records) <= warmup:
         return None
     first, last = records[warmup - 1], records[-1]
@@ -207,13 +222,14 @@ def summarize(name: str, args: argparse.Namespace, out: Path, wall_s: float, err
     records = train_records(run_dir)
     ranks = args.gpus if CONFIGS[name][0] == "gpus" else 1
     warmup = max(1, min(10, args.steps // 5))
+    last_step = last_unprofiled_step(args)
     peaks = [json.loads(p.read_text()) for p in sorted((run_dir / PEAK_DIR).glob("rank-*.json"))]
     result: dict[str, object] = {
         "name": f"distributed_{name}",
         "gpus": ranks,
         "steps": len(records),
         "final_loss": records[-1]["loss"] if records else None,
-        "tokens_per_s": steady_tokens_per_s(records, warmup),
+        "tokens_per_s": steady_tokens_per_s(records, warmup, last_step),
         "peak_memory_gib": [
             round(p["max_memory_allocated_bytes"] / 2**30, 3)
             for p in peaks
@@ -228,8 +244,8 @@ def summarize(name: str, args: argparse.Namespace, out: Path, wall_s: float, err
         diffs = [abs(r["loss"] - ref[r["step"]]) for r in records if r["step"] in ref]
         result["max_abs_loss_diff_vs_single"] = max(diffs) if diffs else None
         result["steps_compared"] = len(diffs)
-    single_tps = steady_tokens_per_s(single, warmup)
-    per_gpu_tps = steady_tokens_per_s(train_records(out / "single_per_gpu"), warmup)
+    single_tps = steady_tokens_per_s(single, warmup, last_step)
+    per_gpu_tps = steady_tokens_per_s(train_records(out / "single_per_gpu"), warmup, last_step)
     result["ours"] = result["tokens_per_s"]
     result["baseline"], result["ratio"] = None, None
     if ranks > 1 and result["tokens_per_s"]:

@@ -39,17 +39,6 @@ def category(kernel: str) -> str:
     return "other"
 
 
-def busy_time(intervals: list[tuple[float, float]]) -> float:
-    """Length of the union of [start, end) intervals: time with at least one kernel running
-    (kernels on other streams, such as NCCL's, overlap compute and are counted once)."""
-    total, reach = 0.0, float("-inf")
-    for start, end in sorted(intervals):
-        if end > reach:
-            total += end - max(start, reach)
-            reach = end
-    return total
-
-
 def idle_gaps(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
     """The [start, end) stretches between the first and the last kernel with none running."""
     gaps, reach = [], None
@@ -58,6 +47,15 @@ def idle_gaps(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]
             gaps.append((reach, start))
         reach = end if reach is None else max(reach, end)
     return gaps
+
+
+def busy_time(intervals: list[tuple[float, float]]) -> float:
+    """Length of the union of [start, end) intervals: time with at least one kernel running
+    (kernels on other streams, such as NCCL's, overlap compute and are counted once)."""
+    if not intervals:
+        return 0.0
+    span = max(end for _, end in intervals) - min(start for start, _ in intervals)
+    return span - sum(end - start for start, end in idle_gaps(intervals))
 
 
 def time_in_gaps(start: float, end: float, gaps: list[tuple[float, float]]) -> float:
