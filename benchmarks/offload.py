@@ -1,34 +1,41 @@
 """Offload that matters: a 9.42B model (preset 10b-dense) trained on ONE GPU with DeepSpeed ZeRO-3,
-parameters and optimizer state offloaded to CPU RAM, the optimizer state to NVMe, or the
-parameters to NVMe.
+its optimizer state split between the GPU and CPU RAM, parameters and optimizer state in CPU RAM,
+the optimizer state on NVMe, or the parameters on NVMe.
 
 Mixed-precision AdamW keeps about 16 bytes per parameter P (Rajbhandari et al. 2020, ZeRO sec. 3):
 bf16 weights 2P + bf16 gradients 2P + fp32 master weights 4P + Adam m 4P + Adam v 4P. For 9.42B
 that is 151 GB, more than an H200's 141 GB of HBM before one activation is stored. The script
-first prints that arithmetic and, per run, what stays in host RAM and on disk with DeepSpeed's
-ZeRO-3 layout (offloaded gradients sit in a host buffer of grad_accum_dtype, which defaults to the
-model's bf16: 2P):
+first prints that arithmetic and, per run, what DeepSpeed 0.19's ZeRO-3 layout keeps where. With
+the optimizer offloaded, DeepSpeed holds every gradient in a host buffer of grad_accum_dtype (the
+model's bf16: 2P) and each offloaded sub-group's fp32 gradients beside its state (4P), so an
+offloaded optimizer costs 16P, not 12P:
 
-    cpu         params (2P), grads (2P), master + Adam m, v (12P) in host RAM    = 16P host
-    nvme        params (2P), grads (2P) in host RAM; master + m + v (12P) and the
-                fp32 gradient partitions (4P) on NVMe                          =  4P host, 16P disk
-    param_nvme  grads (2P), master + m + v (12P) in host RAM; params (2P) on NVMe = 14P host, 2P disk
+    split       params (2P) on the GPU; the optimizer sub-groups (master + m + v + fp32 grads,
+                16P) a fraction R in host RAM, 1 - R on the GPU (offload_optimizer.ratio; DeepSpeed
+                steps the GPU part with a torch AdamW); the bf16 gradient buffer (2P) in host RAM
+                                                         = (2 + 16R)P host, (2 + 16(1 - R))P GPU
+    cpu         params (2P), bf16 grads (2P), optimizer (16P) in host RAM    = 20P host
+    nvme        params (2P), bf16 grads (2P) in host RAM; optimizer (16P) on NVMe
+                                                                        =  4P host, 16P disk
+    param_nvme  bf16 grads (2P), optimizer (16P) in host RAM; params (2P) on NVMe
+                                                                        = 18P host, 2P disk
 
-DeepSpeed's optimizer swapper writes each sub-group's fp32 gradients beside its state
-(`<id>_gradient_<offset>_<length>.tensor.swp`, runtime/swap_tensor/optimizer_utils.py), so `nvme`
-needs 16P of disk, not 12P: 151 GB for 9.42B, more than either H200 box's disk (64 / 128 GiB);
-its first attempt (session 4) died after 463 s. For 9.42B: cpu needs ~140 GiB of host RAM by this
-arithmetic (231.5 GiB measured: pinned staging and fp32 gradient copies), param_nvme ~123 GiB and
-~18 GiB of local disk.
+Pinned host buffers are off (offload_*.pin_memory false): torch's caching host allocator rounds
+every pinned allocation up to a power of two (pytorch#150517), so the 17.5 GiB gradient buffer
+would pin 32 GiB; session 4's `cpu` run, pinned, peaked at 231.5 GiB of host RSS for 20P = 175
+GiB. Unpinned copies are slower; these runs show what fits, not speed.
 
-A run whose host-RAM estimate exceeds --host-budget-gib (default 110: the 1-GPU box has 128 GiB)
-or whose disk estimate exceeds the free space under --nvme is skipped with the numbers, not
-started. Each run: --steps steps (micro batch 1, seq --seq-len, activation checkpointing; --set KEY=VALUE overrides any of it), under
-torchrun with 1 rank, one JSON line with step times, losses, GPU peak memory and host RSS peak.
-No checkpoint is written (gathering 9.4B fp32 weights + Adam state on one host is 113 GB).
+For 9.42B on the 1-GPU box (128 GiB RAM, 64 GiB disk): only `split` fits. `cpu` and `param_nvme`
+need 175 and 158 GiB of host RAM (the 2-GPU box's 256 GiB holds them), and `nvme` 140 GiB of
+disk, more than either box has. A run whose host-RAM estimate exceeds --host-budget-gib
+(default 110), or whose disk estimate exceeds the free space under --nvme, is skipped with the
+numbers, not started. Each run: --steps steps (micro batch 1, seq --seq-len, activation
+checkpointing; --set KEY=VALUE overrides any of it), under torchrun with 1 rank, one JSON line
+with step times, losses, GPU peak memory and host RSS peak. No checkpoint is written (gathering
+9.4B fp32 weights + Adam state on one host is 113 GB).
 
     PYTHONPATH=$(ls -d packages/*/src | paste -sd:) python3 benchmarks/offload.py \\
-        --data tinyshakespeare.txt --out /tmp/offload --runs cpu --host-budget-gib 230
+        --data tinyshakespeare.txt --out /tmp/offload --runs split --ratio 0.5
 """
 
 from __future__ import annotations
@@ -48,16 +55,35 @@ from distributed import last_error_line, prepare_data, run_launcher  # noqa: E40
 
 GIB = 2**30
 H200_HBM_BYTES = 141e9  # NVIDIA's figure (141 GB, decimal)
-# bytes per parameter held where, per run (see the docstring)
-HOST_BYTES = {"cpu": 2 + 2 + 12, "nvme": 2 + 2, "param_nvme": 2 + 12}
-DISK_BYTES = {"cpu": 0, "nvme": 12 + 4, "param_nvme": 2}
-# param_nvme swaps whole parameters through pinned buffers, each at least the largest parameter
+# bytes per parameter held where, per run (see the docstring); split's depend on --ratio
+OPTIMIZER_BYTES = 4 + 4 + 4 + 4  # fp32 master, Adam m, Adam v, fp32 gradients of a sub-group
+
+
+def host_bytes(run: str, ratio: float) -> float:
+    """Bytes per parameter in host RAM (see the docstring)."""
+    return {
+        "split": 2 + OPTIMIZER_BYTES * ratio,
+        "cpu": 2 + 2 + OPTIMIZER_BYTES,
+        "nvme": 2 + 2,
+        "param_nvme": 2 + OPTIMIZER_BYTES,
+    }[run]
+
+
+def gpu_bytes(run: str, ratio: float) -> float:
+    """Bytes per parameter kept on the GPU besides the working set (gathered blocks, buffers)."""
+    return 2 + OPTIMIZER_BYTES * (1 - ratio) if run == "split" else 0.0
+
+
+DISK_BYTES = {"split": 0, "cpu": 0, "nvme": OPTIMIZER_BYTES, "param_nvme": 2}
+RUNS = tuple(DISK_BYTES)
+# param_nvme swaps whole parameters through host buffers, each at least the largest parameter
 # (10b-dense: the 32000 x 4096 embedding and head, 131M elements)
 PARAM_SWAP_BUFFER_NUMEL = 150_000_000
 HOST_OVERHEAD_GIB = 8  # CUDA context, Python, data, pinned swap buffers (a rough allowance)
+GPU_WORKING_SET_GIB = 12  # gathered blocks, activations, reduce buckets (a rough allowance)
 
 
-def arithmetic(params: int) -> dict[str, object]:
+def arithmetic(params: int, ratio: float) -> dict[str, object]:
     parts = {
         "bf16_weights": 2 * params,
         "bf16_grads": 2 * params,
@@ -74,20 +100,29 @@ def arithmetic(params: int) -> dict[str, object]:
         "total_gb": round(total / 1e9, 1),
         "h200_hbm_gb": H200_HBM_BYTES / 1e9,
         "fits_one_h200": total <= H200_HBM_BYTES,
-        "host_gib_per_run": {k: round(v * params / GIB, 1) for k, v in HOST_BYTES.items()},
-        "disk_gib_per_run": {k: round(v * params / GIB, 1) for k, v in DISK_BYTES.items()},
+        "split_ratio": ratio,
+        "host_gib_per_run": {r: round(host_bytes(r, ratio) * params / GIB, 1) for r in RUNS},
+        "gpu_gib_per_run": {r: round(gpu_bytes(r, ratio) * params / GIB, 1) for r in RUNS},
+        "disk_gib_per_run": {r: round(DISK_BYTES[r] * params / GIB, 1) for r in RUNS},
     }
 
 
-def ds_config(run: str, nvme_path: Path | None) -> dict[str, object]:
-    """ZeRO-3 with parameters on the CPU and the optimizer on the CPU (cpu) or NVMe (nvme), or
-    parameters on NVMe and the optimizer on the CPU (param_nvme).
-    Batch keys stay "auto": ats-train fills them from train.*."""
+def ds_config(run: str, nvme_path: Path | None, ratio: float) -> dict[str, object]:
+    """ZeRO-3 with the optimizer split between the GPU and the CPU (split), parameters and
+    optimizer on the CPU (cpu), the optimizer on NVMe (nvme), or parameters on NVMe and the
+    optimizer on the CPU (param_nvme). Host-resident buffers are not pinned (the docstring says
+    why); NVMe swap buffers are, for async I/O. Batch keys stay "auto": ats-train fills them."""
     zero: dict[str, object] = {
         "stage": 3,
-        "offload_param": {"device": "cpu", "pin_memory": True},
-        "offload_optimizer": {"device": "cpu", "pin_memory": True},
+        "offload_param": {"device": "cpu", "pin_memory": False},
+        "offload_optimizer": {"device": "cpu", "pin_memory": False},
     }
+    if run == "split":
+        del zero["offload_param"]
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": False, "ratio": ratio}
+        # DeepSpeed splits by sub-group (the first 1 - ratio of them stay on the GPU): 1e8
+        # elements makes ~95 of them, so the split lands within 1% of the ratio
+        zero["sub_group_size"] = 100_000_000
     if run == "nvme":
         zero["offload_optimizer"] = {
             "device": "nvme",
@@ -172,12 +207,20 @@ def mem_available_gib() -> float:
 
 
 def refuse_reason(run: str, params: int, args: argparse.Namespace) -> str | None:
-    host = HOST_BYTES[run] * params / GIB + HOST_OVERHEAD_GIB
+    per_param = host_bytes(run, args.ratio)
+    host = per_param * params / GIB + HOST_OVERHEAD_GIB
     if host > args.host_budget_gib:
         return (
-            f"needs ~{host:.0f} GiB host RAM ({HOST_BYTES[run]}P + {HOST_OVERHEAD_GIB} GiB), over "
+            f"needs ~{host:.0f} GiB host RAM ({per_param:g}P + {HOST_OVERHEAD_GIB} GiB), over "
             f"--host-budget-gib {args.host_budget_gib:g}"
-            + ("; run `nvme` (optimizer on NVMe) instead" if run == "cpu" else "")
+            + ("; run `split` (part of the optimizer on the GPU) instead" if run == "cpu" else "")
+        )
+    gpu = gpu_bytes(run, args.ratio) * params / GIB + GPU_WORKING_SET_GIB
+    if gpu > args.gpu_budget_gib:
+        return (
+            f"needs ~{gpu:.0f} GiB on the GPU ({gpu_bytes(run, args.ratio):g}P + "
+            f"{GPU_WORKING_SET_GIB} GiB), over --gpu-budget-gib {args.gpu_budget_gib:g}; "
+            "raise --ratio"
         )
     if host > mem_available_gib():
         return f"needs ~{host:.0f} GiB host RAM, MemAvailable is {mem_available_gib():.0f} GiB"
@@ -197,7 +240,7 @@ def launch(run: str, args: argparse.Namespace, data_dir: Path) -> dict[str, obje
     run_dir.mkdir(parents=True)
     nvme = Path(tempfile.mkdtemp(prefix="ats-offload-", dir=args.nvme)) if DISK_BYTES[run] else None
     config_path = run_dir / "deepspeed.json"
-    config_path.write_text(json.dumps(ds_config(run, nvme), indent=1))
+    config_path.write_text(json.dumps(ds_config(run, nvme, args.ratio), indent=1))
     overrides = {
         "data.source": data_dir,
         "model.preset": args.preset,
@@ -239,7 +282,7 @@ def launch(run: str, args: argparse.Namespace, data_dir: Path) -> dict[str, obje
     result: dict[str, object] = {
         "name": f"offload_10b_zero3_{run}",
         "wall_s": round(time.perf_counter() - start, 1),
-        "deepspeed_zero": ds_config(run, nvme)["zero_optimization"],
+        "deepspeed_zero": ds_config(run, nvme, args.ratio)["zero_optimization"],
     }
     result_file = run_dir / "result.json"
     if code == 0 and result_file.is_file():
@@ -258,7 +301,11 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, help="a text file (tinyshakespeare), bytes as tokens")
     parser.add_argument("--out", type=Path, help="run dirs and prepared data")
-    parser.add_argument("--runs", default="cpu,nvme", help="comma list of cpu, nvme, param_nvme")
+    parser.add_argument("--runs", default="split", help=f"comma list of {', '.join(RUNS)}")
+    parser.add_argument(
+        "--ratio", type=float, default=0.5,
+        help="split: the fraction of the optimizer's sub-groups offloaded to host RAM",
+    )  # fmt: skip
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--seq-len", type=int, default=1024)
     parser.add_argument("--preset", default="10b-dense")
@@ -266,6 +313,7 @@ def main(argv: list[str]) -> int:
         "--nvme", type=Path, default=None, help="local NVMe dir (nvme and param_nvme runs)"
     )
     parser.add_argument("--host-budget-gib", type=float, default=110.0)
+    parser.add_argument("--gpu-budget-gib", type=float, default=130.0)
     parser.add_argument("--kernels", default="auto")
     parser.add_argument("--timeout", type=int, default=570, help="seconds per run")
     parser.add_argument(
@@ -279,14 +327,16 @@ def main(argv: list[str]) -> int:
     from ats_model import count_params, presets
 
     params = count_params(presets.get(args.preset))[0]
-    print(json.dumps(arithmetic(params)), flush=True)
+    if not 0.0 < args.ratio <= 1.0:
+        parser.error(f"--ratio {args.ratio} must be in (0, 1]")
+    print(json.dumps(arithmetic(params, args.ratio)), flush=True)
     if args.arithmetic_only:
         return 0
     if args.data is None or args.out is None or not args.data.is_file():
         parser.error("--data FILE and --out DIR are needed to train (or --arithmetic-only)")
     runs = args.runs.split(",")
-    if any(r not in HOST_BYTES for r in runs):
-        parser.error(f"--runs {args.runs!r}: each must be one of {sorted(HOST_BYTES)}")
+    if any(r not in RUNS for r in runs):
+        parser.error(f"--runs {args.runs!r}: each must be one of {', '.join(RUNS)}")
     args.out.mkdir(parents=True, exist_ok=True)
     data_dir = prepare_data(args.data, args.out)
     for run in runs:

@@ -228,6 +228,13 @@ class ParallelSection:
     offload_optimizer: str = "none"  # none | cpu | nvme (ZeRO-Offload / ZeRO-Infinity)
     offload_param: str = "none"  # none | cpu | nvme; zero_stage 3 only
     nvme_path: str = ""  # a writable local directory; required when an offload is "nvme"
+    # ZeRO-3 with offload_optimizer = "cpu" only: the fraction of the optimizer's sub-groups
+    # (fp32 masters, Adam moments, fp32 gradients) stepped on the host; the rest stays on the GPU
+    # (DeepSpeed's partial offload). Below 1 it trades GPU memory for host memory and CPU time.
+    offload_optimizer_ratio: float = 1.0
+    # pinned host buffers for offload (cuda only): faster copies, but torch rounds every pinned
+    # allocation up to a power of two (pytorch#150517), up to 2x the host memory of the buffers
+    offload_pin_memory: bool = True
     deepspeed_config: str = ""  # the user's own DeepSpeed JSON, used instead of the generated one
 
     def __post_init__(self) -> None:
@@ -273,6 +280,17 @@ class ParallelSection:
             self.offload_param == "none" or self.zero_stage == 3,
             f"parallel.offload_param = {self.offload_param!r} needs parallel.zero_stage = 3 "
             f"(only ZeRO-3 partitions parameters), not {self.zero_stage}",
+        )
+        _require(
+            0.0 < self.offload_optimizer_ratio <= 1.0,
+            f"parallel.offload_optimizer_ratio = {self.offload_optimizer_ratio} must be in (0, 1]",
+        )
+        _require(
+            self.offload_optimizer_ratio == 1.0
+            or (self.offload_optimizer == "cpu" and self.zero_stage == 3),
+            f"parallel.offload_optimizer_ratio = {self.offload_optimizer_ratio} needs "
+            "parallel.offload_optimizer = 'cpu' and parallel.zero_stage = 3 (DeepSpeed splits "
+            f"the optimizer only there), not {self.offload_optimizer!r} and {self.zero_stage}",
         )
         _require(
             self.deepspeed_config == "" or self.backend == "deepspeed",

@@ -11,9 +11,11 @@ from ats_train.backends import build_backend
 from ats_train.backends.deepspeed_config import (
     build_ds_config,
     check_nvme_paths,
+    check_partial_offload,
     generate,
     load_user,
     offload_device,
+    offload_ratio,
 )
 from ats_train.config import ConfigError, ParallelSection, load_config
 from ats_train.precision import build_precision
@@ -58,6 +60,27 @@ def test_generated_config_fp16_uses_gradscaler_constants_and_no_offload() -> Non
     assert ds["fp16"]["loss_scale_window"] == torch.amp.GradScaler("cpu").get_growth_interval()
     assert ds["bf16"] == {"enabled": False}
     assert offload_device(ds, "optimizer") == offload_device(ds, "param") == "none"
+
+
+def test_generated_config_splits_the_optimizer_and_unpins_on_request() -> None:
+    """parallel.offload_optimizer_ratio becomes DeepSpeed's offload_optimizer.ratio (partial
+    offload); parallel.offload_pin_memory = false turns the pinned host buffers off."""
+    config = _config(
+        "parallel.zero_stage=3",
+        "parallel.offload_optimizer=cpu",
+        "parallel.offload_optimizer_ratio=0.4",
+        "parallel.offload_pin_memory=false",
+    )
+    ds = generate(config, world_size=1, device_type="cuda")
+    assert ds["zero_optimization"]["offload_optimizer"] == {
+        "device": "cpu",
+        "pin_memory": False,
+        "ratio": 0.4,
+    }
+    assert offload_ratio(ds) == 0.4
+    whole = generate(_config("parallel.zero_stage=3", "parallel.offload_optimizer=cpu"), 1, "cuda")
+    assert whole["zero_optimization"]["offload_optimizer"] == {"device": "cpu", "pin_memory": True}
+    assert offload_ratio(whole) == 1.0
 
 
 def _write(tmp_path: Path, ds: dict) -> Path:
@@ -131,6 +154,19 @@ def test_user_json_missing_or_malformed(tmp_path: Path) -> None:
             "offload_optimizer = 'cpu' needs parallel.backend = 'deepspeed', not 'ddp'",
         ),
         ({"backend": "fsdp2", "deepspeed_config": "x.json"}, "deepspeed_config needs"),
+        (
+            {"zero_stage": 3, "offload_optimizer": "cpu", "offload_optimizer_ratio": 0.0},
+            r"parallel.offload_optimizer_ratio = 0.0 must be in \(0, 1\]",
+        ),
+        (
+            {"zero_stage": 2, "offload_optimizer": "cpu", "offload_optimizer_ratio": 0.5},
+            "offload_optimizer_ratio = 0.5 needs parallel.offload_optimizer = 'cpu' and "
+            "parallel.zero_stage = 3 .* not 'cpu' and 2",
+        ),
+        (
+            {"zero_stage": 3, "offload_optimizer_ratio": 0.5},
+            "offload_optimizer_ratio = 0.5 needs .* not 'none' and 3",
+        ),
     ],
 )
 def test_parallel_section_refuses_inconsistent_keys(fields: dict, message: str) -> None:
@@ -162,6 +198,23 @@ def test_nvme_path_not_writable_is_refused() -> None:
     parallel = ParallelSection("deepspeed", offload_optimizer="nvme", nvme_path="/proc")
     with pytest.raises(ConfigError, match="parallel.nvme_path = '/proc' is not writable"):
         check_nvme_paths(parallel)
+
+
+def test_partial_offload_with_deepspeeds_sharded_checkpoint_is_refused(tmp_path: Path) -> None:
+    """DeepSpeed's own checkpoint would leave out the GPU part's optimizer state: refused before
+    any rank starts, from parallel.* and from the user's JSON alike."""
+    partial = ["parallel.zero_stage=3", "parallel.offload_optimizer=cpu"]
+    partial.append("parallel.offload_optimizer_ratio=0.5")
+    config = _config(*partial, "checkpoint.format=sharded")
+    cpu = torch.device("cpu")
+    message = "checkpoint.format = 'sharded' with an optimizer offload ratio of 0.5"
+    with pytest.raises(ConfigError, match=message):
+        build_backend(config.parallel, cpu, build_precision("fp32", cpu), config=config)
+    check_partial_offload(_config(*partial))  # the full format gathers both parts
+    zero = {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0.25}}
+    user = f"parallel.deepspeed_config={_write(tmp_path, {'zero_optimization': zero})}"
+    with pytest.raises(ConfigError, match="offload ratio of 0.25"):
+        check_partial_offload(_config(user, "checkpoint.format=sharded"))
 
 
 def test_missing_deepspeed_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:

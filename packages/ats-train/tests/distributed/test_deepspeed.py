@@ -235,6 +235,37 @@ def test_zero3_releasing_every_parameter_trains_an_untied_head_with_the_fused_lo
     _assert_reproduces(run_dir, reference)
 
 
+@pytest.mark.gpu
+def test_zero3_partial_offload_matches_the_whole_offload_and_resumes_on_a_gpu(
+    overrides,
+    tmp_path: Path,  # noqa: ANN001
+) -> None:
+    """ZeRO-3 on one CUDA rank with half the optimizer's sub-groups kept on the GPU
+    (parallel.offload_optimizer_ratio = 0.5: DeepSpeed steps them with a torch AdamW of its own)
+    against the whole optimizer on the CPU. tiny-hybrid's two parameter groups make two
+    sub-groups, the first (decayed weights) on the GPU: the warm-up's LR must reach it (DeepSpeed
+    copies group 0's LR once), and the checkpoint at step 4 must hold its Adam moments for the
+    resumed run to end with the same weights."""
+    pytest.importorskip("deepspeed")
+    zero3 = {
+        "train__device": "cuda",
+        "parallel__backend": "deepspeed",
+        "parallel__zero_stage": 3,
+        "parallel__offload_optimizer": "cpu",
+    }
+    whole = tmp_path / "whole"
+    _ok(run_ats_train(_args(overrides, whole, **zero3), 1))
+    partial = tmp_path / "partial"
+    split = {**zero3, "parallel__offload_optimizer_ratio": 0.5}
+    _ok(run_ats_train(_args(overrides, partial, train__steps=4, **split), 1))
+    assert (partial / "checkpoints" / "latest").read_text().strip() == "step-000004"
+    _ok(run_ats_train(_args(overrides, partial, **split), 1))  # resumes at step 4
+    want, got = train_losses(whole), train_losses(partial)
+    assert got.keys() == want.keys() == set(range(1, STEPS + 1))
+    _assert_same_losses(got, want)
+    _assert_same_weights(model_weights(partial), model_weights(whole))
+
+
 def test_world_size_that_does_not_divide_the_batch_fails_clearly(
     overrides,
     tmp_path: Path,  # noqa: ANN001

@@ -34,7 +34,13 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ats_train.backends.deepspeed_config import build_ds_config, check_nvme_paths, offload_device
+from ats_train.backends.deepspeed_config import (
+    build_ds_config,
+    check_nvme_paths,
+    check_partial_offload,
+    offload_device,
+    offload_ratio,
+)
 from ats_train.backends.process_group import (
     all_reduce_mean,
     all_reduce_mean_tensor,
@@ -74,6 +80,7 @@ class DeepSpeedBackend:
 
     def __init__(self, config: TrainConfig, device: torch.device, precision: Precision) -> None:
         check_nvme_paths(config.parallel)  # before any rank joins or allocates anything
+        check_partial_offload(config)
         self._ds = import_deepspeed()
         from deepspeed.accelerator import get_accelerator
 
@@ -122,7 +129,30 @@ class DeepSpeedBackend:
             for reader, param in model.external_parameters():
                 self._ds.zero.register_external_parameter(reader, param)
         self._engine, self._zero, self._base, self._model = engine, zero, optimizer, model
+        if offload_ratio(self.ds_config) < 1.0:
+            self._join_partial_offload()
         return engine, zero
+
+    def _join_partial_offload(self) -> None:
+        """DeepSpeed's partial offload (ZeRO-3, offload_optimizer.ratio < 1) steps the GPU's
+        sub-groups with a second optimizer, a torch AdamW that shares the CPU AdamW's group dicts
+        except the first, which it copies at construction, and keeps its own state. The trainer
+        sets the LR on the CPU AdamW's groups every step, and the full-state checkpoint API reads
+        the CPU AdamW's state only: so the GPU sub-groups of group 0 would keep the first LR for
+        the whole run, and no checkpoint could gather their moments. Both optimizers get the
+        same group 0 and the same state dict (keyed by distinct flat fp32 partitions)."""
+        backup = getattr(self._zero, "backup_optimizer", None)
+        if backup is None:
+            raise RuntimeError(
+                "DeepSpeed's ZeRO-3 optimizer has no backup_optimizer although "
+                "offload_optimizer.ratio < 1; this DeepSpeed version splits the optimizer "
+                "differently (tested with 0.19.8)"
+            )
+        first = self._base.param_groups[0]
+        for key, default in backup.defaults.items():  # as torch's add_param_group does
+            first.setdefault(key, default)
+        backup.param_groups[0] = first
+        backup.state = self._base.state
 
     def _cpu_adam(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
         """The same groups and hyper-parameters on DeepSpeed's vectorized CPU AdamW (JIT-built
@@ -325,6 +355,9 @@ class DeepSpeedBackend:
                 step_value: Any = torch.tensor(
                     float(step), device=flat.device if on_device else "cpu"
                 )
+            elif flat.device.type != "cpu":
+                # partial offload: DeepSpeed's plain torch AdamW steps the GPU's sub-groups
+                step_value = torch.tensor(float(step))
             else:  # DeepSpeedCPUAdam counts in a Python int
                 step_value = step
             base.state[flat] = {

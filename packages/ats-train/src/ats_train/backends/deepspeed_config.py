@@ -43,10 +43,13 @@ def generate(config: TrainConfig, world_size: int, device_type: str) -> dict[str
     """DeepSpeed's config from parallel.* (ZeRO stage, offload), train.* (batch, precision) and
     optim.grad_clip; the optimizer itself is ATS's (optim.*), passed to deepspeed.initialize."""
     parallel, precision = config.parallel, config.train.precision
-    pin = device_type == "cuda"  # pinned host memory speeds up GPU<->CPU copies; moot on a CPU run
+    # pinned host memory speeds up GPU<->CPU copies; moot on a CPU run
+    pin = device_type == "cuda" and parallel.offload_pin_memory
     zero: dict[str, Any] = {"stage": parallel.zero_stage}
     if parallel.offload_optimizer != "none":
         zero["offload_optimizer"] = _offload(parallel.offload_optimizer, parallel.nvme_path, pin)
+        if parallel.offload_optimizer_ratio < 1.0:
+            zero["offload_optimizer"]["ratio"] = parallel.offload_optimizer_ratio
     if parallel.offload_param != "none":
         zero["offload_param"] = _offload(parallel.offload_param, parallel.nvme_path, pin)
     ds: dict[str, Any] = {
@@ -128,6 +131,13 @@ def offload_device(ds: dict[str, Any], what: str) -> str:
     return "none" if section is None else section.get("device", "none")
 
 
+def offload_ratio(ds: dict[str, Any]) -> float:
+    """The fraction of the ZeRO-3 optimizer state ds offloads (1.0 when it offloads it whole, or
+    does not offload it: then the ratio is moot)."""
+    section = ds.get("zero_optimization", {}).get("offload_optimizer") or {}
+    return float(section.get("ratio", 1.0))
+
+
 def _read_json(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"parallel.deepspeed_config = {str(path)!r} does not exist")
@@ -167,3 +177,19 @@ def check_nvme_paths(parallel: ParallelSection) -> None:
         if section.get("device") == "nvme":
             key = f"{path}: zero_optimization.offload_{what}.nvme_path"
             _check_writable_dir(key, str(section.get("nvme_path", "")))
+
+
+def check_partial_offload(config: TrainConfig) -> None:
+    """A partial optimizer offload (ratio < 1, from parallel.* or the user's JSON) keeps part of
+    the state in a second optimizer that DeepSpeed's own checkpoint does not save: only
+    checkpoint.format = "full" (ATS's gather, which sees both) may go with it."""
+    parallel = config.parallel
+    ratio = parallel.offload_optimizer_ratio
+    if parallel.deepspeed_config:
+        ratio = offload_ratio(_read_json(Path(parallel.deepspeed_config).expanduser()))
+    if ratio < 1.0 and config.checkpoint.format == "sharded":
+        raise ConfigError(
+            f"checkpoint.format = 'sharded' with an optimizer offload ratio of {ratio}: "
+            "DeepSpeed's own checkpoint leaves out the state its partial offload keeps on the "
+            "GPU; use checkpoint.format = 'full'"
+        )
