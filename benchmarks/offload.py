@@ -41,6 +41,7 @@ with step times, losses, GPU peak memory and host RSS peak. No checkpoint is wri
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import resource
@@ -79,6 +80,7 @@ RUNS = tuple(DISK_BYTES)
 # param_nvme swaps whole parameters through host buffers, each at least the largest parameter
 # (10b-dense: the 32000 x 4096 embedding and head, 131M elements)
 PARAM_SWAP_BUFFER_NUMEL = 150_000_000
+VOCAB_SIZE = 32000  # the runs' vocabulary (a preset's own may differ), not the bytes' 257
 HOST_OVERHEAD_GIB = 8  # CUDA context, Python, data, pinned swap buffers (a rough allowance)
 GPU_WORKING_SET_GIB = 12  # gathered blocks, activations, reduce buckets (a rough allowance)
 
@@ -244,7 +246,7 @@ def launch(run: str, args: argparse.Namespace, data_dir: Path) -> dict[str, obje
     overrides = {
         "data.source": data_dir,
         "model.preset": args.preset,
-        "model.vocab_size": 32000,  # the preset's, not the byte tokenizer's 257
+        "model.vocab_size": VOCAB_SIZE,
         "parallel.backend": "deepspeed",
         "parallel.deepspeed_config": config_path,
         "train.steps": args.steps,
@@ -326,7 +328,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     from ats_model import count_params, presets
 
-    params = count_params(presets.get(args.preset))[0]
+    params = count_params(dataclasses.replace(presets.get(args.preset), vocab_size=VOCAB_SIZE))[0]
     if not 0.0 < args.ratio <= 1.0:
         parser.error(f"--ratio {args.ratio} must be in (0, 1]")
     print(json.dumps(arithmetic(params, args.ratio)), flush=True)
