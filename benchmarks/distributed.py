@@ -47,6 +47,10 @@ CONFIGS: dict[str, tuple[str | int, dict[str, object]]] = {
     "ddp": ("gpus", {"parallel.backend": "ddp"}),
     "fsdp2": ("gpus", {"parallel.backend": "fsdp2"}),
     "fsdp2_one_unit": ("gpus", {"parallel.backend": "fsdp2", "parallel.fsdp_unit_blocks": 0}),
+    # between one unit (no overlap of the all-gather / reduce-scatter) and one per block (the
+    # most overlap, the most host time per step): units of 6 and of 3 blocks
+    "fsdp2_6blocks": ("gpus", {"parallel.backend": "fsdp2", "parallel.fsdp_unit_blocks": 6}),
+    "fsdp2_3blocks": ("gpus", {"parallel.backend": "fsdp2", "parallel.fsdp_unit_blocks": 3}),
     "zero1": ("gpus", {"parallel.backend": "deepspeed", "parallel.zero_stage": 1}),
     "zero2": ("gpus", {"parallel.backend": "deepspeed", "parallel.zero_stage": 2}),
     "zero3": ("gpus", {"parallel.backend": "deepspeed", "parallel.zero_stage": 3}),
