@@ -148,29 +148,33 @@ def launch(name: str, args: argparse.Namespace, data_dir: Path, run_dir: Path) -
     if args.device == "cpu":
         env["OMP_NUM_THREADS"] = "1"
     try:
-        code, stderr = run_launcher(cmd, env, args.timeout)
+        code, stderr = run_launcher(cmd, env, args.timeout, run_dir / "stderr.log")
     finally:
         if nvme is not None:
             shutil.rmtree(nvme, ignore_errors=True)
-    (run_dir / "stderr.log").write_text(stderr)
     return code, last_error_line(stderr)
 
 
-def run_launcher(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[int, str]:
-    """Run torchrun (or one process) to the end or `timeout`; returns (exit code, stderr)."""
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        _, stderr = proc.communicate(timeout=timeout)
-        return proc.returncode, stderr
-    except subprocess.TimeoutExpired:
-        # SIGTERM first: torchrun forwards it to its ranks (a SIGKILL would orphan them on the GPUs)
-        proc.terminate()
+def run_launcher(cmd: list[str], env: dict[str, str], timeout: float, log: Path) -> tuple[int, str]:
+    """Run torchrun (or one process) to the end or `timeout`; returns (exit code, its output).
+    stdout and stderr go to `log` as they are written, so a driver killed from outside (a device
+    call's own time limit) still leaves the run's log behind."""
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
         try:
-            _, stderr = proc.communicate(timeout=60)
+            code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            _, stderr = proc.communicate()
-        return 124, stderr + f"\ntimed out after {timeout} s"
+            # SIGTERM first: torchrun forwards it to its ranks (a SIGKILL would orphan them on
+            # the GPUs)
+            proc.terminate()
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            out.write(f"\ntimed out after {timeout} s\n")
+            code = 124
+    return code, log.read_text()
 
 
 def last_error_line(stderr: str) -> str:

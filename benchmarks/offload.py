@@ -276,11 +276,11 @@ def launch(run: str, args: argparse.Namespace, data_dir: Path) -> dict[str, obje
     ]
     start = time.perf_counter()
     try:
-        code, stderr = run_launcher(cmd, {**os.environ, "PYTHONUNBUFFERED": "1"}, args.timeout)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        code, stderr = run_launcher(cmd, env, args.timeout, run_dir / "stderr.log")
     finally:
         if nvme is not None:
             shutil.rmtree(nvme, ignore_errors=True)
-    (run_dir / "stderr.log").write_text(stderr)
     result: dict[str, object] = {
         "name": f"offload_10b_zero3_{run}",
         "wall_s": round(time.perf_counter() - start, 1),
