@@ -217,6 +217,26 @@ def test_partial_offload_with_deepspeeds_sharded_checkpoint_is_refused(tmp_path:
         check_partial_offload(_config(user, "checkpoint.format=sharded"))
 
 
+@pytest.mark.parametrize(
+    ("zero", "found"),
+    [
+        ({"stage": 2, "offload_optimizer": {"device": "cpu", "ratio": 0.5}}, "2 and 'cpu'"),
+        (
+            {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/x", "ratio": 0.5}},
+            "3 and 'nvme'",
+        ),
+    ],
+)
+def test_partial_offload_in_the_user_json_needs_zero3_cpu(
+    zero: dict, found: str, tmp_path: Path
+) -> None:
+    """Stage 1/2 would ignore the ratio silently, and NVMe swaps sub-groups by size whatever the
+    split: both refused, naming the file, the keys and what they hold."""
+    user = f"parallel.deepspeed_config={_write(tmp_path, {'zero_optimization': zero})}"
+    with pytest.raises(ConfigError, match=rf"ds.json: .*ratio = 0.5 needs .* not {found}"):
+        check_partial_offload(_config(user))
+
+
 def test_missing_deepspeed_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "deepspeed", None)  # `import deepspeed` now fails
     config = _config()

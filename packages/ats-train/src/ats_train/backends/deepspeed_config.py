@@ -180,13 +180,25 @@ def check_nvme_paths(parallel: ParallelSection) -> None:
 
 
 def check_partial_offload(config: TrainConfig) -> None:
-    """A partial optimizer offload (ratio < 1, from parallel.* or the user's JSON) keeps part of
-    the state in a second optimizer that DeepSpeed's own checkpoint does not save: only
-    checkpoint.format = "full" (ATS's gather, which sees both) may go with it."""
+    """A partial optimizer offload (ratio < 1, from parallel.* or the user's JSON) is DeepSpeed's
+    ZeRO-3 CPU offload only: stage 1/2 ignore the ratio, and NVMe swaps sub-groups by size, not by
+    the split. It keeps part of the state in a second optimizer that DeepSpeed's own checkpoint
+    does not save, so only checkpoint.format = "full" (ATS's gather, which sees both) may go with
+    it. ParallelSection already checks the generated config's stage and device."""
     parallel = config.parallel
     ratio = parallel.offload_optimizer_ratio
     if parallel.deepspeed_config:
-        ratio = offload_ratio(_read_json(Path(parallel.deepspeed_config).expanduser()))
+        path = Path(parallel.deepspeed_config).expanduser()
+        ds = _read_json(path)
+        ratio = offload_ratio(ds)
+        stage = ds.get("zero_optimization", {}).get("stage", 0)
+        device = offload_device(ds, "optimizer")
+        if ratio < 1.0 and (stage != 3 or device != "cpu"):
+            raise ConfigError(
+                f"{path}: zero_optimization.offload_optimizer.ratio = {ratio} needs "
+                f"zero_optimization.stage = 3 and offload_optimizer.device = 'cpu', not "
+                f"{stage!r} and {device!r}"
+            )
     if ratio < 1.0 and config.checkpoint.format == "sharded":
         raise ConfigError(
             f"checkpoint.format = 'sharded' with an optimizer offload ratio of {ratio}: "
