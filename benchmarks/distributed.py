@@ -51,6 +51,11 @@ CONFIGS: dict[str, tuple[str | int, dict[str, object]]] = {
     # most overlap, the most host time per step): units of 6 and of 3 blocks
     "fsdp2_6blocks": ("gpus", {"parallel.backend": "fsdp2", "parallel.fsdp_unit_blocks": 6}),
     "fsdp2_3blocks": ("gpus", {"parallel.backend": "fsdp2", "parallel.fsdp_unit_blocks": 3}),
+    # one unit per block, none resharded after forward: no second all-gather in backward
+    "fsdp2_no_reshard": (
+        "gpus",
+        {"parallel.backend": "fsdp2", "parallel.fsdp_reshard_after_forward": False},
+    ),
     "zero1": ("gpus", {"parallel.backend": "deepspeed", "parallel.zero_stage": 1}),
     "zero2": ("gpus", {"parallel.backend": "deepspeed", "parallel.zero_stage": 2}),
     "zero3": ("gpus", {"parallel.backend": "deepspeed", "parallel.zero_stage": 3}),

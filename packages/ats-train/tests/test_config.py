@@ -102,6 +102,10 @@ def test_unknown_key_in_a_file_suggests_the_nearest(tmp_path: Path) -> None:
         (["parallel.cpu_offload=true"], "parallel.cpu_offload = true needs parallel.backend = "),
         (["parallel.fsdp_unit_blocks=4"], "parallel.fsdp_unit_blocks = 4 needs parallel.backend"),
         (
+            ["parallel.backend=ddp", "parallel.fsdp_reshard_after_forward=false"],
+            "parallel.fsdp_reshard_after_forward = false needs parallel.backend = 'fsdp2', not 'ddp'",
+        ),
+        (
             ["parallel.backend=fsdp2", "parallel.fsdp_unit_blocks=-1"],
             "parallel.fsdp_unit_blocks = -1 must be >= 0",
         ),

@@ -222,6 +222,10 @@ class ParallelSection:
     # 0 = all blocks in one unit (then the root: embeddings, final norm, head). Fewer, larger units cost fewer
     # hooks and collectives per step; smaller ones hold fewer gathered parameters at a time.
     fsdp_unit_blocks: int = 1
+    # fsdp2 only: false keeps every unit's parameters gathered from its forward to its backward
+    # (no second all-gather in backward; each rank holds the whole bf16 model through the step,
+    # torchtitan's reshard_after_forward "never"). The last unit and the root never reshard.
+    fsdp_reshard_after_forward: bool = True
     colossalai_plugin: str = "low_level_zero"  # colossalai only: LowLevelZero (ZeRO-2)
     # deepspeed only (backends/deepspeed_config.py turns these into DeepSpeed's JSON)
     zero_stage: int = 1  # 1: optimizer state, 2: + gradients, 3: + parameters sharded
@@ -252,6 +256,11 @@ class ParallelSection:
             self.fsdp_unit_blocks == 1 or self.backend == "fsdp2",
             f"parallel.fsdp_unit_blocks = {self.fsdp_unit_blocks} needs parallel.backend = "
             f"'fsdp2', not {self.backend!r}",
+        )
+        _require(
+            self.fsdp_reshard_after_forward or self.backend == "fsdp2",
+            "parallel.fsdp_reshard_after_forward = false needs parallel.backend = 'fsdp2', not "
+            f"{self.backend!r}",
         )
         if self.colossalai_plugin in COLOSSALAI_PLUGINS_PLANNED:
             raise ConfigError(

@@ -63,15 +63,25 @@ def reference(overrides, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize(
-    ("backend", "unit_blocks"),
-    [("ddp", 1), ("fsdp2", 1), ("fsdp2", 2), ("fsdp2", 0)],
-    ids=["ddp", "fsdp2", "fsdp2-2-blocks-per-unit", "fsdp2-one-unit"],
+    ("backend", "unit_blocks", "reshard"),
+    [
+        ("ddp", 1, True),
+        ("fsdp2", 1, True),
+        ("fsdp2", 1, False),
+        ("fsdp2", 2, True),
+        ("fsdp2", 0, True),
+    ],
+    ids=["ddp", "fsdp2", "fsdp2-no-reshard", "fsdp2-2-blocks-per-unit", "fsdp2-one-unit"],
 )
 def test_two_ranks_reproduce_the_single_process_run(
-    backend: str, unit_blocks: int, reference: Path, overrides, tmp_path: Path
+    backend: str, unit_blocks: int, reshard: bool, reference: Path, overrides, tmp_path: Path
 ) -> None:
     """Global batch 4: single runs 4 micro-batches of 1, each rank 2 (accumulation + no_sync)."""
-    extra = {"parallel__fsdp_unit_blocks": unit_blocks} if backend == "fsdp2" else {}
+    extra = (
+        {"parallel__fsdp_unit_blocks": unit_blocks, "parallel__fsdp_reshard_after_forward": reshard}
+        if backend == "fsdp2"
+        else {}
+    )
     args = _args(overrides, tmp_path, parallel__backend=backend, **extra)
     _ok(run_ats_train(args, nproc=2))
     want = train_losses(reference)

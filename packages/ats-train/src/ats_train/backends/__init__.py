@@ -34,7 +34,13 @@ def build_backend(
     if parallel.backend == "fsdp2":
         from ats_train.backends.fsdp2 import FSDP2Backend
 
-        return FSDP2Backend(device, precision, parallel.cpu_offload, parallel.fsdp_unit_blocks)
+        return FSDP2Backend(
+            device,
+            precision,
+            parallel.cpu_offload,
+            parallel.fsdp_unit_blocks,
+            parallel.fsdp_reshard_after_forward,
+        )
     if parallel.backend == "deepspeed":
         if config is None or config.parallel is not parallel:
             raise ValueError(

@@ -6,7 +6,9 @@ and collectives in forward and backward, which on a small model outweigh the mem
 saves (124M on 2 H200s, compiled: 83.4% weak-scaling efficiency with one block unit, 52.4% per
 block; `benchmarks/distributed.py --compile --only single_per_gpu,fsdp2,fsdp2_one_unit`,
 BENCHMARKS.md). The last block unit and the root stay gathered after forward (torchtitan's
-choice): backward starts with them. A block returns its MoE / MoD records with its
+choice): backward starts with them. parallel.fsdp_reshard_after_forward = false keeps every unit
+gathered until its backward: one all-gather per unit per step instead of two, for the memory of
+the whole unsharded model. A block returns its MoE / MoD records with its
 output, so FSDP2 hooks their aux-loss tensors like the hidden state and none is lost.
 
 MoE experts stay inside their block's unit: every expert of a block runs on every micro-batch (the
@@ -67,7 +69,12 @@ class FSDP2Backend:
     name = "fsdp2"
 
     def __init__(
-        self, device: torch.device, precision: Precision, cpu_offload: bool, unit_blocks: int = 1
+        self,
+        device: torch.device,
+        precision: Precision,
+        cpu_offload: bool,
+        unit_blocks: int = 1,
+        reshard_after_forward: bool = True,
     ) -> None:
         if precision.scaler is not None:
             raise ConfigError(
@@ -81,7 +88,7 @@ class FSDP2Backend:
             )
         info = join_process_group(self.name, device)
         self.device, self.precision, self.cpu_offload = info.device, precision, cpu_offload
-        self.unit_blocks = unit_blocks
+        self.unit_blocks, self.reshard_after_forward = unit_blocks, reshard_after_forward
         self.rank, self.world_size = info.rank, info.world_size
         self._model: nn.Module | None = None
         self._group_names: list[list[str]] = []  # parameter names in optimizer order, per group
@@ -117,7 +124,7 @@ class FSDP2Backend:
             # a list of modules is one unit: one all-gather before the first, one reduce-scatter
             fully_shard(
                 unit if len(unit) > 1 else unit[0],
-                reshard_after_forward=i < len(units) - 1,
+                reshard_after_forward=self.reshard_after_forward and i < len(units) - 1,
                 **block_options,
             )
         fully_shard(model, reshard_after_forward=False, **root_options)
