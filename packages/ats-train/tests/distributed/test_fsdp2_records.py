@@ -41,11 +41,29 @@ def test_optimizer_step_on_unsharded_parameters_raises(tmp_path: Path) -> None:
     on the module (its post-backward never ran) would update nothing. On torch 2.11 + CUDA a
     root-only model did exactly that and trained nothing for 50 steps; now it is an error."""
     out = tmp_path / "step.json"
-    proc = launch([str(RUNNER.with_name("fsdp2_unsharded_step_runner.py")), str(out)], nproc=2)
+    runner = str(RUNNER.with_name("fsdp2_unsharded_step_runner.py"))
+    proc = launch([runner, str(out), "true"], nproc=2)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    error = json.loads(out.read_text())["error"]
+    result = json.loads(out.read_text())
+    error = result["error"]
     assert error is not None and "still unsharded at the optimizer step" in error
     assert "tok_embeddings.weight" in error
+    # tiny-dense's 2 blocks are 2 units: the first resharded after its forward, the last not
+    gathered = result["unsharded_after_forward"]
+    assert any(n.startswith("layers.1.") for n in gathered)
+    assert not any(n.startswith("layers.0.") for n in gathered)
+
+
+def test_fsdp2_without_resharding_keeps_every_unit_gathered_after_forward(tmp_path: Path) -> None:
+    """parallel.fsdp_reshard_after_forward = false: after a forward every unit's parameters are
+    still gathered (the backward would need no second all-gather), the first block's included."""
+    out = tmp_path / "step.json"
+    runner = str(RUNNER.with_name("fsdp2_unsharded_step_runner.py"))
+    proc = launch([runner, str(out), "false"], nproc=2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    gathered = json.loads(out.read_text())["unsharded_after_forward"]
+    assert any(n.startswith("layers.0.") for n in gathered)
+    assert any(n.startswith("layers.1.") for n in gathered)
 
 
 def test_local_shard_update_is_torchs_clip_and_adamw(tmp_path: Path) -> None:
