@@ -13,21 +13,12 @@ import json
 import sys
 
 import torch
-from ats_model import build_model, presets
-from ats_train.backends import build_backend
 from ats_train.backends.process_group import exit_rank
-from ats_train.config import ParallelSection
-from ats_train.precision import build_precision
+from fsdp2_cpu_setup import cpu_fsdp2
 
 
 def main(out_json: str) -> None:
-    device = torch.device("cpu")
-    backend = build_backend(
-        ParallelSection(backend="fsdp2"), device, build_precision("fp32", device)
-    )
-    config = presets.get("tiny-dense")
-    torch.manual_seed(0)
-    raw = build_model(config, kernels="reference")
+    backend, config, raw = cpu_fsdp2("tiny-dense")
     ref = copy.deepcopy(raw)
     ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2, weight_decay=0.1, fused=True)
     opt = torch.optim.AdamW(raw.parameters(), lr=1e-2, weight_decay=0.1, fused=True)

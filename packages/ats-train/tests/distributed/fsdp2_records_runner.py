@@ -12,12 +12,9 @@ import json
 import sys
 
 import torch
-from ats_model import build_model, presets
-from ats_train.backends import build_backend
 from ats_train.backends.process_group import exit_rank
-from ats_train.config import ParallelSection
 from ats_train.parallelize import apply_activation_checkpointing
-from ats_train.precision import build_precision
+from fsdp2_cpu_setup import cpu_fsdp2
 from torch.distributed.tensor import DTensor
 
 AUX_WEIGHT = 0.01  # every aux loss in the objective, so the records' gradients are checked too
@@ -32,13 +29,7 @@ def summary(out) -> dict:  # noqa: ANN001
 
 
 def main(out_json: str, checkpointing: bool) -> None:
-    device = torch.device("cpu")
-    backend = build_backend(
-        ParallelSection(backend="fsdp2"), device, build_precision("fp32", device)
-    )
-    config = presets.get("tiny-hybrid")
-    torch.manual_seed(0)
-    raw = build_model(config, kernels="reference")
+    backend, config, raw = cpu_fsdp2("tiny-hybrid")
     reference = copy.deepcopy(raw)
     if checkpointing:
         apply_activation_checkpointing(raw)

@@ -9,21 +9,13 @@ import json
 import sys
 
 import torch
-from ats_model import build_model, presets
-from ats_train.backends import build_backend
 from ats_train.backends.process_group import exit_rank
-from ats_train.config import ParallelSection
-from ats_train.precision import build_precision
+from fsdp2_cpu_setup import cpu_fsdp2
 from torch.distributed.tensor import DTensor
 
 
 def main(out_json: str, reshard: str) -> None:
-    device = torch.device("cpu")
-    parallel = ParallelSection(backend="fsdp2", fsdp_reshard_after_forward=reshard == "true")
-    backend = build_backend(parallel, device, build_precision("fp32", device))
-    config = presets.get("tiny-dense")
-    torch.manual_seed(0)
-    raw = build_model(config, kernels="reference")
+    backend, config, raw = cpu_fsdp2("tiny-dense", fsdp_reshard_after_forward=reshard == "true")
     model, optimizer = backend.wrap(raw, torch.optim.SGD(raw.parameters(), lr=0.1))
     x = torch.randint(0, config.vocab_size, (2, 16))
     model(x, targets=x)  # no backward: the root unit (reshard_after_forward=False) stays gathered

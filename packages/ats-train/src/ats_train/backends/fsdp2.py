@@ -154,7 +154,7 @@ class FSDP2Backend:
                 "their gradients never reached the optimizer's sharded parameters"
             )
         if self._step is None or self._step.optimizer is not optimizer:
-            self._step = LocalShardStep(optimizer, self.device)
+            raise RuntimeError("fsdp2 step() needs the optimizer wrap() returned")
         grad_norm, stepped = self._step.step(grad_clip)
         optimizer.zero_grad(set_to_none=True)
         average_expert_biases(self._model)

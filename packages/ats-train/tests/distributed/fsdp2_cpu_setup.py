@@ -1,0 +1,22 @@
+"""The setup the fsdp2_*_runner.py scripts share (imported from their own directory, which Python
+puts on sys.path when torchrun starts a script): this rank's FSDP2 backend on the CPU (gloo, fp32)
+and a freshly seeded model of a preset on the reference kernels, not yet wrapped."""
+
+import torch
+from ats_model import ModelConfig, build_model, presets
+from ats_train.backends import build_backend
+from ats_train.config import ParallelSection
+from ats_train.precision import build_precision
+from torch import nn
+
+
+def cpu_fsdp2(preset: str, **parallel: object) -> tuple[object, ModelConfig, nn.Module]:
+    """(backend, the preset's config, its model built after torch.manual_seed(0)); `parallel`:
+    ParallelSection fields besides backend = "fsdp2"."""
+    device = torch.device("cpu")
+    backend = build_backend(
+        ParallelSection(backend="fsdp2", **parallel), device, build_precision("fp32", device)
+    )
+    config = presets.get(preset)
+    torch.manual_seed(0)
+    return backend, config, build_model(config, kernels="reference")
