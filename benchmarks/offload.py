@@ -51,6 +51,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from ats_train.backends.deepspeed_config import PARAM_SWAP_BUFFERS, PARAM_SWAP_OFF
+
 sys.path.insert(0, str(Path(__file__).parent))
 from distributed import last_error_line, prepare_data, run_launcher  # noqa: E402  (benchmarks/)
 
@@ -135,20 +137,18 @@ def ds_config(run: str, nvme_path: Path | None, ratio: float) -> dict[str, objec
         # at a few GB instead of DeepSpeed's default 1e9-element groups (16 GB each, fp32 x 4)
         zero["sub_group_size"] = 100_000_000
     if run == "param_nvme":
+        # what ats-train generates for parallel.offload_param = "nvme" (backends/deepspeed_config.py
+        # says why each key): every parameter on disk, reuse and NVMe prefetch off (each crashes
+        # DeepSpeed 0.19's swapper), PARAM_SWAP_BUFFERS buffers of the largest parameter
         zero["offload_param"] = {
             "device": "nvme",
             "nvme_path": str(nvme_path),
             "pin_memory": True,
-            # one buffer per live parameter: DeepSpeed's default 5 ran out in the first forward
-            # ("Not enough buffers 0 for swapping 1"); a block holds 9 parameters
-            "buffer_count": 32,
+            "max_in_cpu": 0,
+            "buffer_count": PARAM_SWAP_BUFFERS,
             "buffer_size": PARAM_SWAP_BUFFER_NUMEL,
         }
-        zero["stage3_max_live_parameters"] = 300_000_000  # ~1.4 blocks of 10b-dense gathered
-        # no prefetch: with 32 buffers the forward ran and the backward's NVMe prefetch failed
-        # ("param 368 already assigned swap buffer id 23", DeepSpeed 0.19.8 on the H200; the
-        # prefetch path also fails in deepspeedai/Megatron-DeepSpeed#196, DeepSpeed#3062)
-        zero["stage3_prefetch_bucket_size"] = 0
+        zero.update(dict.fromkeys(PARAM_SWAP_OFF, 0))
     return {
         "train_batch_size": "auto",
         "train_micro_batch_size_per_gpu": "auto",

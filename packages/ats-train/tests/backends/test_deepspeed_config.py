@@ -9,9 +9,13 @@ import pytest
 import torch
 from ats_train.backends import build_backend
 from ats_train.backends.deepspeed_config import (
+    PARAM_SWAP_BUFFERS,
     build_ds_config,
     check_nvme_paths,
+    check_param_swap,
+    check_param_swap_ranks,
     check_partial_offload,
+    fit_param_swap_buffers,
     generate,
     load_user,
     offload_device,
@@ -19,6 +23,7 @@ from ats_train.backends.deepspeed_config import (
 )
 from ats_train.config import ConfigError, ParallelSection, load_config
 from ats_train.precision import build_precision
+from torch import nn
 
 
 def _config(*overrides: str):  # noqa: ANN202
@@ -81,6 +86,89 @@ def test_generated_config_splits_the_optimizer_and_unpins_on_request() -> None:
     whole = generate(_config("parallel.zero_stage=3", "parallel.offload_optimizer=cpu"), 1, "cuda")
     assert whole["zero_optimization"]["offload_optimizer"] == {"device": "cpu", "pin_memory": True}
     assert offload_ratio(whole) == 1.0
+
+
+def test_generated_nvme_parameter_offload_puts_every_parameter_on_disk(tmp_path: Path) -> None:
+    """offload_param = nvme: no parameter kept in host RAM (max_in_cpu 0), DeepSpeed's reuse and
+    NVMe prefetch off (each crashes its parameter swapper), and swap buffers that fit the largest
+    partition (ceil(numel / world_size)) once the model is known."""
+    config = _config(
+        "parallel.zero_stage=3",
+        "parallel.offload_optimizer=cpu",
+        "parallel.offload_param=nvme",
+        f"parallel.nvme_path={tmp_path}",
+    )
+    ds = generate(config, world_size=2, device_type="cuda")
+    zero = ds["zero_optimization"]
+    assert zero["offload_param"] == {
+        "device": "nvme",
+        "nvme_path": str(tmp_path),
+        "pin_memory": True,
+        "max_in_cpu": 0,
+        "buffer_count": PARAM_SWAP_BUFFERS,
+    }
+    assert zero["stage3_max_reuse_distance"] == zero["stage3_prefetch_bucket_size"] == 0
+    model = nn.Sequential(nn.Embedding(1001, 8), nn.Linear(8, 16))  # largest: 8,008 elements
+    fit_param_swap_buffers(ds, model, world_size=2)
+    assert zero["offload_param"]["buffer_size"] == 4004
+    fit_param_swap_buffers(ds, model, world_size=3)
+    assert zero["offload_param"]["buffer_size"] == 2670  # ceil(8008 / 3)
+    cpu = generate(_config("parallel.zero_stage=3", "parallel.offload_param=cpu"), 1, "cuda")
+    assert "stage3_max_reuse_distance" not in cpu["zero_optimization"]
+
+
+@pytest.mark.parametrize(
+    ("zero", "message"),
+    [
+        ({}, r"stage3_max_reuse_distance = 1000000000 with parameters on NVMe \(1,169 elements"),
+        (
+            {"stage3_max_reuse_distance": 0},
+            r"stage3_prefetch_bucket_size = 50000000 .*set stage3_max_reuse_distance and "
+            r"stage3_prefetch_bucket_size to 0",
+        ),
+        (
+            {"stage3_max_reuse_distance": 0, "stage3_prefetch_bucket_size": "auto"},
+            "stage3_prefetch_bucket_size = 'auto'",
+        ),
+    ],
+)
+def test_user_json_with_parameters_on_nvme_must_turn_reuse_and_prefetch_off(
+    zero: dict, message: str, tmp_path: Path
+) -> None:
+    model = nn.Sequential(nn.Embedding(100, 8), nn.Linear(8, 41))  # 800 + 328 + 41 = 1,169
+    offload = {"device": "nvme", "nvme_path": str(tmp_path), "max_in_cpu": 1000}
+    ds = {"zero_optimization": {"stage": 3, "offload_param": offload, **zero}}
+    path = tmp_path / "ds.json"
+    with pytest.raises(ConfigError, match=f"{path}: zero_optimization.{message}"):
+        check_param_swap(ds, path, model, world_size=1)
+
+
+def test_user_json_with_parameters_on_nvme_passes_when_nothing_reaches_the_disk(
+    tmp_path: Path,
+) -> None:
+    """Reuse and prefetch on are fine when every partition fits max_in_cpu (the swapper never
+    reads) or when both are off."""
+    model = nn.Sequential(nn.Embedding(100, 8), nn.Linear(8, 41))  # 1,169 elements
+    offload = {"device": "nvme", "nvme_path": str(tmp_path), "max_in_cpu": 1000}
+    path = tmp_path / "ds.json"
+    check_param_swap({"zero_optimization": {"offload_param": offload}}, path, model, world_size=2)
+    off = {"stage3_max_reuse_distance": 0, "stage3_prefetch_bucket_size": 0}
+    ds = {"zero_optimization": {"offload_param": offload, **off}}
+    check_param_swap(ds, path, model, world_size=1)
+    cpu = {"zero_optimization": {"offload_param": {"device": "cpu"}}}
+    check_param_swap(cpu, path, model, world_size=1)
+
+
+def test_parameters_on_nvme_on_one_cpu_rank_are_refused(tmp_path: Path) -> None:
+    """DeepSpeed's CPU accelerator computes from the swap buffers themselves there (the check's
+    docstring); 2 CPU ranks and one GPU copy them out and are allowed."""
+    ds = {"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}}}
+    with pytest.raises(ConfigError, match="parameter offload to NVMe on one CPU rank"):
+        check_param_swap_ranks(ds, "cpu", world_size=1)
+    check_param_swap_ranks(ds, "cpu", world_size=2)
+    check_param_swap_ranks(ds, "cuda", world_size=1)
+    ds["zero_optimization"]["offload_param"]["device"] = "cpu"
+    check_param_swap_ranks(ds, "cpu", world_size=1)
 
 
 def _write(tmp_path: Path, ds: dict) -> Path:

@@ -235,6 +235,58 @@ def test_zero3_releasing_every_parameter_trains_an_untied_head_with_the_fused_lo
     _assert_reproduces(run_dir, reference)
 
 
+def _async_io_builds() -> bool:
+    from deepspeed.ops.op_builder import AsyncIOBuilder
+
+    return AsyncIOBuilder().is_compatible(verbose=False)
+
+
+@pytest.mark.skipif(
+    not _async_io_builds(), reason="libaio (Debian: libaio-dev) missing: DeepSpeed's AIO op"
+)
+def test_zero3_with_every_parameter_on_nvme_matches_parameters_in_host_ram(
+    overrides,
+    tmp_path: Path,  # noqa: ANN001
+) -> None:
+    """parallel.offload_param = nvme on 2 gloo ranks, the generated config: every parameter
+    partition on disk (max_in_cpu 0), read back through DeepSpeed's swap buffers whenever its
+    module runs, in each of 12 forward/backward passes per rank. The tiny MoE+MoD model at 512
+    wide, so that expert and FFN partitions reach DeepSpeed's 1 MiB swap threshold (smaller ones
+    stay in host RAM); untied head, fused loss, bf16 (DeepSpeed's CPU accelerator swaps bf16
+    whatever the run's precision). With DeepSpeed's default reuse distance the swapper ran out
+    of buffers at step 2 (`Not enough buffers 0 for swapping 1`); with its NVMe prefetch it read
+    a parameter into two buffers. Disk is only where the parameters wait: the run is the one
+    with parameters in host RAM (offload_param = cpu), loss for loss and weight for weight."""
+    wide = {
+        "model__dim": 512,
+        "model__ffn_dim": 1024,
+        "model__tie_embeddings": "false",
+        "train__precision": "bf16",
+        "checkpoint__every": 0,
+        "parallel__backend": "deepspeed",
+        "parallel__zero_stage": 3,
+        "parallel__offload_optimizer": "cpu",
+    }
+    in_ram = tmp_path / "param_cpu"
+    _ok(run_ats_train(_args(overrides, in_ram, **wide, parallel__offload_param="cpu"), 2))
+    nvme = tmp_path / "nvme"
+    nvme.mkdir()
+    on_nvme = {"parallel__offload_param": "nvme", "parallel__nvme_path": nvme}
+    run_dir = tmp_path / "param_nvme"
+    _ok(run_ats_train(_args(overrides, run_dir, **wide, **on_nvme), 2))
+    assert train_losses(run_dir) == train_losses(in_ram)
+    assert len(train_losses(run_dir)) == STEPS
+    want = model_weights(in_ram)
+    got = model_weights(run_dir)
+    assert got.keys() == want.keys()
+    for name in want:
+        assert torch.equal(got[name], want[name]), name
+    # each rank's swap files: one per parameter whose bf16 half reaches 1 MiB
+    swapped = list(nvme.rglob("*.swp"))
+    swappable = [n for n, w in want.items() if -(-w.numel() // 2) * 2 >= 2**20]
+    assert len(swapped) == 2 * len(swappable) > 0, (sorted(map(str, swapped)), swappable)
+
+
 @pytest.mark.gpu
 def test_zero3_partial_offload_matches_the_whole_offload_and_resumes_on_a_gpu(
     overrides,

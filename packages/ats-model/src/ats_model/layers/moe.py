@@ -52,13 +52,23 @@ def expert_capacity(capacity_factor: float, n_tokens: int, top_k: int, n_experts
 
 
 class Experts(nn.Module):
-    """E SwiGLU experts stored stacked: w1/w3 (E, F, C), w2 (E, C, F)."""
+    """E SwiGLU experts stored stacked: w1/w3 (E, F, C), w2 (E, C, F).
 
-    def __init__(self, n_experts: int, dim: int, hidden: int) -> None:
+    Called as a module (not read as weights by MoEFFN): ZeRO-3 gathers a module's partitioned
+    parameters in its own forward hook. Read from the parent, DeepSpeed only gathered them through
+    its attribute-access fallback, and with parameters on NVMe the MoE then trained on stale
+    expert weights (the loss left the in-RAM run's from step 2)."""
+
+    def __init__(self, n_experts: int, dim: int, hidden: int, kernels: KernelSet) -> None:
         super().__init__()
+        self.kernels = kernels
         self.w1 = nn.Parameter(torch.empty(n_experts, hidden, dim))
         self.w3 = nn.Parameter(torch.empty(n_experts, hidden, dim))
         self.w2 = nn.Parameter(torch.empty(n_experts, dim, hidden))
+
+    def forward(self, x_sorted: torch.Tensor, per_expert: torch.Tensor) -> torch.Tensor:
+        """x_sorted (M, C) rows grouped by expert, per_expert (E,) rows per group -> (M, C)."""
+        return self.kernels.grouped_mlp(x_sorted, per_expert, self.w1, self.w3, self.w2)
 
     def init_weights(self, std: float, resid_std: float) -> None:
         nn.init.normal_(self.w1, std=std)
@@ -75,7 +85,7 @@ class MoEFFN(nn.Module):
         moe = config.moe
         self.kernels = kernels
         self.router = nn.Linear(config.dim, moe.n_experts, bias=False)
-        self.experts = Experts(moe.n_experts, config.dim, config.ffn_dim)
+        self.experts = Experts(moe.n_experts, config.dim, config.ffn_dim, kernels)
         self.register_buffer("expert_bias", torch.zeros(moe.n_experts), persistent=True)
         self.shared = (
             SwiGLUFFN(config.dim, moe.n_shared_experts * config.ffn_dim, kernels)
@@ -122,8 +132,7 @@ class MoEFFN(nn.Module):
             per_expert = per_expert[:n_experts]
             n_kept = int(per_expert.sum())
             x_sorted = x_sorted[:n_kept]
-        w = self.experts
-        y_sorted = self.kernels.grouped_mlp(x_sorted, per_expert, w.w1, w.w3, w.w2)  # (n_kept, C)
+        y_sorted = self.experts(x_sorted, per_expert)  # (n_kept, C)
         if n_kept < n_slots:
             y_sorted = torch.cat([y_sorted, y_sorted.new_zeros(n_slots - n_kept, shape[-1])])
         y = self.kernels.moe_unpermute(y_sorted, order, weights)  # (N, C)

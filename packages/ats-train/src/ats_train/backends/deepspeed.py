@@ -37,7 +37,10 @@ from torch import nn
 from ats_train.backends.deepspeed_config import (
     build_ds_config,
     check_nvme_paths,
+    check_param_swap,
+    check_param_swap_ranks,
     check_partial_offload,
+    fit_param_swap_buffers,
     offload_device,
     offload_ratio,
 )
@@ -94,6 +97,9 @@ class DeepSpeedBackend:
         self.device, self.precision = info.device, precision
         self.rank, self.world_size = info.rank, info.world_size
         self.ds_config = build_ds_config(config, info.world_size, info.device.type)
+        check_param_swap_ranks(self.ds_config, info.device.type, info.world_size)
+        user_json = config.parallel.deepspeed_config
+        self._user_json = Path(user_json).expanduser() if user_json else None
         # DeepSpeed scales fp16 losses itself (its dynamic loss scaler, configured like
         # GradScaler); the trainer's GradScaler would scale a second time.
         precision.scaler = None
@@ -118,6 +124,11 @@ class DeepSpeedBackend:
         self._group_options = [
             {k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups
         ]
+        if offload_device(self.ds_config, "param") == "nvme":
+            if self._user_json:
+                check_param_swap(self.ds_config, self._user_json, model, self.world_size)
+            else:
+                fit_param_swap_buffers(self.ds_config, model, self.world_size)
         if offload_device(self.ds_config, "optimizer") != "none":
             optimizer = self._cpu_adam(optimizer)
         engine, zero, _, _ = self._ds.initialize(

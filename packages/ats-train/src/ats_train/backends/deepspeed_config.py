@@ -16,6 +16,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from torch import nn
+
 from ats_train.config import ConfigError, ParallelSection, TrainConfig
 from ats_train.trainer import micro_batch_size  # the trainer owns the micro-batch rule
 
@@ -31,6 +33,25 @@ def batch_keys(config: TrainConfig, world_size: int) -> dict[str, int]:
         "train_micro_batch_size_per_gpu": micro,
         "gradient_accumulation_steps": train.batch_size // world_size // micro,
     }
+
+
+# NVMe parameter offload. DeepSpeed 0.19's parameter swapper reads a parameter's partition from disk
+# into one of a fixed pool of pinned buffers (offload_param.buffer_count, buffer_size elements
+# each) when a module needs it, and frees the buffer when the parameter is released. Two stage-3
+# features hold buffers past that, and both crash the run:
+# - reuse: a parameter the recorded trace shows reused within stage3_max_reuse_distance elements
+#   (default 1e9) stays gathered and keeps its buffer, so from the first step that follows a
+#   recorded trace the pool runs dry ("Not enough buffers 0 for swapping 3": a 1.1B model on the
+#   H200, and a 4-layer model on the CPU);
+# - prefetch: the NVMe prefetch (stage3_prefetch_bucket_size > 0) reads a parameter that appears
+#   twice in its window into two buffers ("param 36 already assigned swap buffer id 0").
+# With both off, at most 6 buffers were in use at once (dense, MoE and hybrid models; activation
+# checkpointing, fused projections and the fused loss).
+PARAM_SWAP_BUFFERS = 10
+PARAM_SWAP_OFF = ("stage3_max_reuse_distance", "stage3_prefetch_bucket_size")
+# DeepSpeed's defaults where a user's JSON leaves the key out
+DEEPSPEED_DEFAULTS = {"stage3_max_reuse_distance": 10**9, "stage3_prefetch_bucket_size": 5 * 10**7}
+DEEPSPEED_MAX_IN_CPU = 10**9  # offload_param.max_in_cpu: elements per rank kept in host RAM
 
 
 def _offload(device: str, nvme_path: str, pin_memory: bool) -> dict[str, Any]:
@@ -52,6 +73,12 @@ def generate(config: TrainConfig, world_size: int, device_type: str) -> dict[str
             zero["offload_optimizer"]["ratio"] = parallel.offload_optimizer_ratio
     if parallel.offload_param != "none":
         zero["offload_param"] = _offload(parallel.offload_param, parallel.nvme_path, pin)
+    if parallel.offload_param == "nvme":
+        # every parameter on disk, as the key says (DeepSpeed keeps the first max_in_cpu = 1e9
+        # elements per rank in host RAM, so a smaller model would never touch the disk);
+        # buffer_size is the model's to set (fit_param_swap_buffers, once the model exists)
+        zero["offload_param"].update(max_in_cpu=0, buffer_count=PARAM_SWAP_BUFFERS)
+        zero.update(dict.fromkeys(PARAM_SWAP_OFF, 0))
     ds: dict[str, Any] = {
         **batch_keys(config, world_size),
         # 0 = no clipping, as optim.grad_clip; DeepSpeed still measures the norm
@@ -136,6 +163,58 @@ def offload_ratio(ds: dict[str, Any]) -> float:
     does not offload it: then the ratio is moot)."""
     section = ds.get("zero_optimization", {}).get("offload_optimizer") or {}
     return float(section.get("ratio", 1.0))
+
+
+def _partition_numels(model: nn.Module, world_size: int) -> list[int]:
+    """Each parameter's ZeRO-3 partition on one rank: ceil(numel / world_size) elements."""
+    return [-(-p.numel() // world_size) for p in model.parameters()]
+
+
+def fit_param_swap_buffers(ds: dict[str, Any], model: nn.Module, world_size: int) -> None:
+    """The generated NVMe parameter offload's buffer_size: the largest partition, which every
+    partition read from disk must fit (DeepSpeed's default, 1e8 elements, is smaller than a 1B
+    model's embedding)."""
+    ds["zero_optimization"]["offload_param"]["buffer_size"] = max(
+        _partition_numels(model, world_size)
+    )
+
+
+def check_param_swap(ds: dict[str, Any], path: Path, model: nn.Module, world_size: int) -> None:
+    """A user's JSON whose NVMe parameter offload puts parameters on disk (more elements per rank
+    than offload_param.max_in_cpu) must turn off the two stage-3 features that crash DeepSpeed
+    0.19's parameter swapper (PARAM_SWAP_OFF, above), as DeepSpeed's defaults and its published
+    NVMe examples leave them on."""
+    zero = ds.get("zero_optimization", {})
+    section = zero.get("offload_param") or {}
+    if section.get("device") != "nvme":
+        return
+    per_rank = sum(_partition_numels(model, world_size))
+    max_in_cpu = section.get("max_in_cpu", DEEPSPEED_MAX_IN_CPU)
+    if per_rank <= max_in_cpu:
+        return  # every partition stays in host RAM: the swapper never reads
+    for key in PARAM_SWAP_OFF:
+        value = zero.get(key, DEEPSPEED_DEFAULTS[key])
+        if value != 0:
+            raise ConfigError(
+                f"{path}: zero_optimization.{key} = {value!r} with parameters on NVMe "
+                f"({per_rank:,} elements per rank, offload_param.max_in_cpu = {max_in_cpu:,}): "
+                "DeepSpeed's parameter swapper runs out of buffers (reuse) or reads a parameter "
+                f"into two buffers (prefetch); set {' and '.join(PARAM_SWAP_OFF)} to 0"
+            )
+
+
+def check_param_swap_ranks(ds: dict[str, Any], device_type: str, world_size: int) -> None:
+    """Parameters on NVMe need a GPU or 2+ CPU ranks. On one CPU rank DeepSpeed's CPU accelerator
+    hands the swap buffer itself to the forward as the gathered parameter (nothing is copied to
+    a device or gathered into a new tensor), so a weight that autograd saved for the backward
+    (the MoE experts' grouped GEMMs save theirs) is overwritten by the next parameter read into
+    that buffer: wrong gradients, no error (the loss left the in-RAM run's at step 2)."""
+    if device_type == "cpu" and world_size == 1 and offload_device(ds, "param") == "nvme":
+        raise ConfigError(
+            "parameter offload to NVMe on one CPU rank: DeepSpeed would compute the backward "
+            "from swap buffers already reused by other parameters; run 2 or more ranks, on a "
+            "GPU, or offload parameters to the cpu"
+        )
 
 
 def _read_json(path: Path) -> dict[str, Any]:
