@@ -2,9 +2,10 @@
 without oneCCL, deepspeed/accelerator/cpu_accelerator.py) against the single-process run: ZeRO-2
 for 6 steps, ZeRO-1 for 4 steps then resumed on 1 rank (single) and on 2 (ZeRO-3 with CPU offload),
 so stages 1, 2, 3 and offload each reproduce the loss curve; ZeRO-2 with DeepSpeed's own sharded
-checkpoint saved and resumed on 2 ranks, refused on 1. Kept to 7 DeepSpeed launches (~30-60 s each
-on 2 cores, the refused one ~15 s); the other combinations (ZeRO-3 without offload saved and
-resumed, full and sharded) were run by hand.
+checkpoint saved and resumed on 2 ranks, refused on 1; ZeRO-3 with every parameter on NVMe against
+parameters in host RAM, bit for bit. DeepSpeed launches take ~30-60 s each on 2 cores (the
+refused one ~15 s), so the other combinations (ZeRO-3 without offload saved and resumed, full and
+sharded) were run by hand.
 
 Tolerance as for ddp/fsdp2 (test_backends.py): 1e-5 relative per step on the fp32 train loss, 1e-5
 absolute on final weights; same global batch, data and init, only the order of fp32 additions in
