@@ -138,8 +138,8 @@ def activation_quantized_model(model: torch.nn.Module, qdir: Path) -> torch.nn.M
                     lambda _m, args: (q8_0(args[0]), *args[1:])
                 )
         else:  # stacked experts layers.N.ffn.experts.w1/w2/w3: the MoE's grouped MLP
-            moe = modules[name.rsplit(".", 2)[0]]
-            moe.kernels = dataclasses.replace(moe.kernels, grouped_mlp=_grouped_mlp_q8_0)
+            experts = modules[name.rsplit(".", 1)[0]]
+            experts.kernels = dataclasses.replace(experts.kernels, grouped_mlp=_grouped_mlp_q8_0)
     return ref
 
 
