@@ -55,9 +55,9 @@ class Experts(nn.Module):
     """E SwiGLU experts stored stacked: w1/w3 (E, F, C), w2 (E, C, F).
 
     Called as a module (not read as weights by MoEFFN): ZeRO-3 gathers a module's partitioned
-    parameters in its own forward hook. Read from the parent, DeepSpeed only gathered them through
-    its attribute-access fallback, and with parameters on NVMe the MoE then trained on stale
-    expert weights (the loss left the in-RAM run's from step 2)."""
+    parameters in its own forward hook. Read from the parent, they were gathered only by
+    DeepSpeed's attribute-access fallback, which registers a parameter with the running module
+    the first time the forward touches it."""
 
     def __init__(self, n_experts: int, dim: int, hidden: int, kernels: KernelSet) -> None:
         super().__init__()
