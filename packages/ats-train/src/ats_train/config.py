@@ -302,6 +302,13 @@ class ParallelSection:
             f"the optimizer only there), not {self.offload_optimizer!r} and {self.zero_stage}",
         )
         _require(
+            self.offload_optimizer_ratio == 1.0 or self.offload_param != "nvme",
+            f"parallel.offload_optimizer_ratio = {self.offload_optimizer_ratio} with "
+            "parallel.offload_param = 'nvme': DeepSpeed gives the GPU's sub-groups host fp32 "
+            "masters beside GPU gradients when their parameters are on disk; offload the whole "
+            "optimizer, or keep parameters in host RAM",
+        )
+        _require(
             self.deepspeed_config == "" or self.backend == "deepspeed",
             f"parallel.deepspeed_config needs parallel.backend = 'deepspeed', not {self.backend!r}",
         )

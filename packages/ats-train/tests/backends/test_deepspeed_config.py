@@ -325,6 +325,28 @@ def test_partial_offload_in_the_user_json_needs_zero3_cpu(
         check_partial_offload(_config(user))
 
 
+def test_partial_offload_with_parameters_on_nvme_is_refused(tmp_path: Path) -> None:
+    """DeepSpeed would give the GPU's optimizer sub-groups host fp32 masters beside GPU gradients
+    when their parameters are on disk: refused from parallel.* and from the user's JSON."""
+    with pytest.raises(ConfigError, match="ratio = 0.5 with parallel.offload_param = 'nvme'"):
+        _config(
+            "parallel.zero_stage=3",
+            "parallel.offload_optimizer=cpu",
+            "parallel.offload_optimizer_ratio=0.5",
+            "parallel.offload_param=nvme",
+            f"parallel.nvme_path={tmp_path}",
+        )
+    nvme = {"device": "nvme", "nvme_path": str(tmp_path)}
+    zero = {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0.5}, "offload_param": nvme}
+    user = f"parallel.deepspeed_config={_write(tmp_path, {'zero_optimization': zero})}"
+    with pytest.raises(ConfigError, match=r"ds.json: .*ratio = 0.5 with offload_param.device"):
+        check_partial_offload(_config(user))
+    zero["offload_param"] = {"device": "cpu"}  # parameters in host RAM: the split works
+    check_partial_offload(
+        _config(f"parallel.deepspeed_config={_write(tmp_path, {'zero_optimization': zero})}")
+    )
+
+
 def test_missing_deepspeed_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "deepspeed", None)  # `import deepspeed` now fails
     config = _config()

@@ -260,10 +260,11 @@ def check_nvme_paths(parallel: ParallelSection) -> None:
 
 def check_partial_offload(config: TrainConfig) -> None:
     """A partial optimizer offload (ratio < 1, from parallel.* or the user's JSON) is DeepSpeed's
-    ZeRO-3 CPU offload only: stage 1/2 ignore the ratio, and NVMe swaps sub-groups by size, not by
-    the split. It keeps part of the state in a second optimizer that DeepSpeed's own checkpoint
-    does not save, so only checkpoint.format = "full" (ATS's gather, which sees both) may go with
-    it. ParallelSection already checks the generated config's stage and device."""
+    ZeRO-3 CPU offload only: stage 1/2 ignore the ratio, NVMe swaps sub-groups by size, not by the
+    split, and with parameters on NVMe DeepSpeed gives the GPU's sub-groups host fp32 masters
+    beside GPU gradients. It keeps part of the state in a second optimizer that DeepSpeed's own
+    checkpoint does not save, so only checkpoint.format = "full" (ATS's gather, which sees both)
+    may go with it. ParallelSection already checks the generated config's stage and devices."""
     parallel = config.parallel
     ratio = parallel.offload_optimizer_ratio
     if parallel.deepspeed_config:
@@ -277,6 +278,14 @@ def check_partial_offload(config: TrainConfig) -> None:
                 f"{path}: zero_optimization.offload_optimizer.ratio = {ratio} needs "
                 f"zero_optimization.stage = 3 and offload_optimizer.device = 'cpu', not "
                 f"{stage!r} and {device!r}"
+            )
+        if ratio < 1.0 and offload_device(ds, "param") == "nvme":
+            raise ConfigError(
+                f"{path}: zero_optimization.offload_optimizer.ratio = {ratio} with "
+                "offload_param.device = 'nvme': DeepSpeed gives the GPU's sub-groups host fp32 "
+                "masters beside GPU gradients when their parameters are on disk (stage3.py "
+                "_create_fp32_partitions); offload the whole optimizer, or keep parameters in "
+                "host RAM"
             )
     if ratio < 1.0 and config.checkpoint.format == "sharded":
         raise ConfigError(
