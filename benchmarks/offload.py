@@ -1,6 +1,6 @@
 """Offload that matters: a 9.42B model (preset 10b-dense) trained on ONE GPU with DeepSpeed ZeRO-3,
 its optimizer state split between the GPU and CPU RAM, parameters and optimizer state in CPU RAM,
-the optimizer state on NVMe, or the parameters on NVMe.
+the optimizer state on NVMe, or the parameters on NVMe (the optimizer in CPU RAM or on the GPU).
 
 Mixed-precision AdamW keeps about 16 bytes per parameter P (Rajbhandari et al. 2020, ZeRO sec. 3):
 bf16 weights 2P + bf16 gradients 2P + fp32 master weights 4P + Adam m 4P + Adam v 4P. For 9.42B
@@ -19,17 +19,22 @@ offloaded optimizer costs 16P, not 12P:
                                                                         =  4P host, 16P disk
     param_nvme  bf16 grads (2P), optimizer (16P) in host RAM; params (2P) on NVMe
                                                                         = 18P host, 2P disk
+    param_nvme_hbm  params (2P) on NVMe; the optimizer not offloaded: fp32 master + m + v (12P)
+                and the bf16 gradient partition (2P) on the GPU, the fp32 gradients one
+                sub-group at a time                                =  14P GPU, 2P disk
 
 Pinned host buffers are off (offload_*.pin_memory false): torch's caching host allocator rounds
 every pinned allocation up to a power of two (pytorch#150517), so the 17.5 GiB gradient buffer
 would pin 32 GiB; session 4's `cpu` run, pinned, peaked at 231.5 GiB of host RSS for 20P = 175
 GiB. Unpinned copies are slower; these runs show what fits, not speed.
 
-For 9.42B on the 1-GPU box (128 GiB RAM, 64 GiB disk): only `split` fits. `cpu` and `param_nvme`
-need 175 and 158 GiB of host RAM (the 2-GPU box's 256 GiB holds them), and `nvme` 140 GiB of
-disk, more than either box has. A run whose host-RAM estimate exceeds --host-budget-gib
-(default 110), or whose disk estimate exceeds the free space under --nvme, is skipped with the
-numbers, not started. Each run: --steps steps (micro batch 1, seq --seq-len, activation
+For 9.42B on the 1-GPU box (128 GiB RAM, 64 GiB disk): `split` and `param_nvme_hbm` (123 GiB of
+HBM) fit. `cpu` and `param_nvme` need 175 and 158 GiB of host RAM (the 2-GPU box's 256 GiB holds
+them), and `nvme` 140 GiB of disk, more than either box has. DeepSpeed 0.19 cannot split the
+optimizer with parameters on NVMe (ats-train refuses it: the GPU's sub-groups get host masters).
+A run whose host-RAM estimate exceeds --host-budget-gib (default 110), whose GPU estimate exceeds
+--gpu-budget-gib (default 139, an H200's usable HBM), or whose disk estimate exceeds the free
+space under --nvme, is skipped with the numbers, not started. Each run: --steps steps (micro batch 1, seq --seq-len, activation
 checkpointing; --set KEY=VALUE overrides any of it), under torchrun with 1 rank, one JSON line
 with step times, losses, GPU peak memory and host RSS peak. No checkpoint is written (gathering
 9.4B fp32 weights + Adam state on one host is 113 GB).
@@ -69,15 +74,20 @@ def host_bytes(run: str, ratio: float) -> float:
         "cpu": 2 + 2 + OPTIMIZER_BYTES,
         "nvme": 2 + 2,
         "param_nvme": 2 + OPTIMIZER_BYTES,
+        "param_nvme_hbm": 0,
     }[run]
 
 
 def gpu_bytes(run: str, ratio: float) -> float:
     """Bytes per parameter kept on the GPU besides the working set (gathered blocks, buffers)."""
-    return 2 + OPTIMIZER_BYTES * (1 - ratio) if run == "split" else 0.0
+    if run == "split":
+        return 2 + OPTIMIZER_BYTES * (1 - ratio)
+    if run == "param_nvme_hbm":  # master + m + v, bf16 gradients (fp32 ones per sub-group)
+        return OPTIMIZER_BYTES - 4 + 2
+    return 0.0
 
 
-DISK_BYTES = {"split": 0, "cpu": 0, "nvme": OPTIMIZER_BYTES, "param_nvme": 2}
+DISK_BYTES = {"split": 0, "cpu": 0, "nvme": OPTIMIZER_BYTES, "param_nvme": 2, "param_nvme_hbm": 2}
 RUNS = tuple(DISK_BYTES)
 # param_nvme swaps whole parameters through host buffers, each at least the largest parameter
 # (10b-dense: the 32000 x 4096 embedding and head, 131M elements)
@@ -114,7 +124,7 @@ def arithmetic(params: int, ratio: float) -> dict[str, object]:
 def ds_config(run: str, nvme_path: Path | None, ratio: float) -> dict[str, object]:
     """ZeRO-3 with the optimizer split between the GPU and the CPU (split), parameters and
     optimizer on the CPU (cpu), the optimizer on NVMe (nvme), or parameters on NVMe and the
-    optimizer on the CPU (param_nvme). Host-resident buffers are not pinned (the docstring says
+    optimizer on the CPU (param_nvme) or on the GPU (param_nvme_hbm). Host-resident buffers are not pinned (the docstring says
     why); NVMe swap buffers are, for async I/O. Batch keys stay "auto": ats-train fills them."""
     zero: dict[str, object] = {
         "stage": 3,
@@ -136,7 +146,11 @@ def ds_config(run: str, nvme_path: Path | None, ratio: float) -> dict[str, objec
         # optimizer sub-groups are swapped whole: 1e8 elements keeps the pinned swap buffers
         # at a few GB instead of DeepSpeed's default 1e9-element groups (16 GB each, fp32 x 4)
         zero["sub_group_size"] = 100_000_000
-    if run == "param_nvme":
+    if run == "param_nvme_hbm":
+        del zero["offload_optimizer"]
+        # the fp32 gradients of one sub-group at a time sit on the GPU: 1e8 elements, 0.4 GB
+        zero["sub_group_size"] = 100_000_000
+    if run.startswith("param_nvme"):
         # what ats-train generates for parallel.offload_param = "nvme" (backends/deepspeed_config.py
         # says why each key): every parameter on disk, reuse and NVMe prefetch off (each crashes
         # DeepSpeed 0.19's swapper), PARAM_SWAP_BUFFERS buffers of the largest parameter
@@ -315,7 +329,7 @@ def main(argv: list[str]) -> int:
         "--nvme", type=Path, default=None, help="local NVMe dir (nvme and param_nvme runs)"
     )
     parser.add_argument("--host-budget-gib", type=float, default=110.0)
-    parser.add_argument("--gpu-budget-gib", type=float, default=130.0)
+    parser.add_argument("--gpu-budget-gib", type=float, default=139.0)
     parser.add_argument("--kernels", default="auto")
     parser.add_argument("--timeout", type=int, default=570, help="seconds per run")
     parser.add_argument(
