@@ -21,6 +21,10 @@ are not run. One JSON line per run, then a summary.
 outside test/ and installed packages, in path order, ~10 MB on 3.12; same 90/10 split): text this model does not
 memorize within the budget, where tinyshakespeare (1 MB, ~24 passes in 1500 steps) is overfit by
 every model here, so MoE capacity can show (BENCHMARKS.md, session 4).
+
+Where a run's step time goes: `--set profile.steps=5 --set profile.start=300 --keep-runs DIR`
+writes ats_train.profiling's trace and summary (wall vs GPU-busy time, kernels by category) to
+DIR/run-NAME/profile/rank-0/.
 """
 
 import argparse
@@ -161,7 +165,9 @@ def run(name: str, data_dir: Path, args: argparse.Namespace, run_dir: Path) -> d
     trainer = build_trainer(build_config(flat), run_dir)
     evals = []
     while trainer.step < args.steps and time.perf_counter() - start < args.seconds:
+        trainer.profiler.before_step(trainer.step)  # profile.* (--set), as Trainer.train does
         trainer.train_step()
+        trainer.profiler.after_step(trainer.step)
         if trainer.step % args.eval_every == 0 or trainer.step == args.steps:
             evals.append((round(time.perf_counter() - start, 2), trainer.step, trainer.evaluate()))
     elapsed = time.perf_counter() - start
@@ -215,17 +221,26 @@ def main() -> None:
         "--set", action="append", default=[], metavar="KEY=VALUE", help="config override, last wins"
     )
     parser.add_argument("--device", default="cuda", help="cpu only for a smoke run of the script")
+    parser.add_argument(
+        "--keep-runs",
+        type=Path,
+        default=None,
+        help="keep the run dirs (metrics, profile/ of --set profile.steps=N) under this new dir",
+    )
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("shakespeare.py: needs a CUDA device (the goal is set on an H200)")
     if args.corpus == "shakespeare" and not args.data.is_file():
         raise SystemExit(f"shakespeare.py: {args.data} not found (pass --data)")
     results = []
+    if args.keep_runs is not None:
+        args.keep_runs.mkdir(parents=True)  # a new dir: nothing of an earlier call is mixed in
     with tempfile.TemporaryDirectory() as tmp:
         text = args.data if args.corpus == "shakespeare" else stdlib_text(Path(tmp))
         data_dir = prepare(text, Path(tmp) / "data")
+        runs_dir = args.keep_runs or Path(tmp)
         for name in args.runs.split(","):
-            result = run(name, data_dir, args, Path(tmp) / f"run-{name}")
+            result = run(name, data_dir, args, runs_dir / f"run-{name}")
             print(json.dumps(result), flush=True)
             results.append(result)
     for r in results:
