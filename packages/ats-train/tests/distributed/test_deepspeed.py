@@ -236,33 +236,58 @@ def test_zero3_releasing_every_parameter_trains_an_untied_head_with_the_fused_lo
     _assert_reproduces(run_dir, reference)
 
 
+# the tiny MoE+MoD model at 512 wide, so that expert and FFN partitions reach DeepSpeed's 1 MiB
+# swap threshold (smaller ones stay in host RAM); untied head, fused loss, bf16 (DeepSpeed's CPU
+# accelerator swaps bf16 whatever the run's precision)
+NVME_ZERO3 = {
+    "model__dim": 512,
+    "model__ffn_dim": 1024,
+    "model__tie_embeddings": "false",
+    "train__precision": "bf16",
+    "checkpoint__every": 0,
+    "parallel__backend": "deepspeed",
+    "parallel__zero_stage": 3,
+}
+
+
+def _skip_without_async_io() -> None:
+    """Checked in the test, not at collection: the probe imports DeepSpeed and compiles."""
+    from deepspeed.ops.op_builder import AsyncIOBuilder
+
+    if not AsyncIOBuilder().is_compatible(verbose=False):  # compiles a probe against libaio
+        pytest.skip("libaio (Debian: libaio-dev) missing: DeepSpeed's async I/O op cannot build")
+
+
+def _assert_parameters_on_nvme_changed_nothing(
+    run_dir: Path, reference: Path, nvme: Path, ranks: int
+) -> None:
+    """Bit for bit the reference's losses and final weights, and one swap file per rank for each
+    parameter whose bf16 partition reaches 1 MiB: the run read its parameters from disk."""
+    assert train_losses(run_dir) == train_losses(reference)
+    assert len(train_losses(run_dir)) == STEPS
+    want = model_weights(reference)
+    got = model_weights(run_dir)
+    assert got.keys() == want.keys()
+    for name in want:
+        assert torch.equal(got[name], want[name]), name
+    swapped = list(nvme.rglob("*.swp"))
+    swappable = [n for n, w in want.items() if -(-w.numel() // ranks) * 2 >= 2**20]
+    assert len(swapped) == ranks * len(swappable) > 0, (sorted(map(str, swapped)), swappable)
+
+
 def test_zero3_with_every_parameter_on_nvme_matches_parameters_in_host_ram(
     overrides,
     tmp_path: Path,  # noqa: ANN001
 ) -> None:
     """parallel.offload_param = nvme on 2 gloo ranks, the generated config: every parameter
     partition on disk (max_in_cpu 0), read back through DeepSpeed's swap buffers whenever its
-    module runs, in each of 12 forward/backward passes per rank. The tiny MoE+MoD model at 512
-    wide, so that expert and FFN partitions reach DeepSpeed's 1 MiB swap threshold (smaller ones
-    stay in host RAM); untied head, fused loss, bf16 (DeepSpeed's CPU accelerator swaps bf16
-    whatever the run's precision). With DeepSpeed's default reuse distance the swapper ran out
-    of buffers at step 2 (`Not enough buffers 0 for swapping 1`); with its NVMe prefetch it read
-    a parameter into two buffers. Disk is only where the parameters wait: the run is the one
-    with parameters in host RAM (offload_param = cpu), loss for loss and weight for weight."""
-    from deepspeed.ops.op_builder import AsyncIOBuilder  # checked here, not at collection
-
-    if not AsyncIOBuilder().is_compatible(verbose=False):  # compiles a probe against libaio
-        pytest.skip("libaio (Debian: libaio-dev) missing: DeepSpeed's async I/O op cannot build")
-    wide = {
-        "model__dim": 512,
-        "model__ffn_dim": 1024,
-        "model__tie_embeddings": "false",
-        "train__precision": "bf16",
-        "checkpoint__every": 0,
-        "parallel__backend": "deepspeed",
-        "parallel__zero_stage": 3,
-        "parallel__offload_optimizer": "cpu",
-    }
+    module runs, in each of 12 forward/backward passes per rank (NVME_ZERO3's model). With
+    DeepSpeed's default reuse distance the swapper ran out of buffers at step 2 (`Not enough
+    buffers 0 for swapping 1`); with its NVMe prefetch it read a parameter into two buffers. Disk
+    is only where the parameters wait: the run is the one with parameters in host RAM
+    (offload_param = cpu), loss for loss and weight for weight."""
+    _skip_without_async_io()
+    wide = {**NVME_ZERO3, "parallel__offload_optimizer": "cpu"}
     in_ram = tmp_path / "param_cpu"
     _ok(run_ats_train(_args(overrides, in_ram, **wide, parallel__offload_param="cpu"), 2))
     nvme = tmp_path / "nvme"
@@ -270,17 +295,7 @@ def test_zero3_with_every_parameter_on_nvme_matches_parameters_in_host_ram(
     on_nvme = {"parallel__offload_param": "nvme", "parallel__nvme_path": nvme}
     run_dir = tmp_path / "param_nvme"
     _ok(run_ats_train(_args(overrides, run_dir, **wide, **on_nvme), 2))
-    assert train_losses(run_dir) == train_losses(in_ram)
-    assert len(train_losses(run_dir)) == STEPS
-    want = model_weights(in_ram)
-    got = model_weights(run_dir)
-    assert got.keys() == want.keys()
-    for name in want:
-        assert torch.equal(got[name], want[name]), name
-    # each rank's swap files: one per parameter whose bf16 half reaches 1 MiB
-    swapped = list(nvme.rglob("*.swp"))
-    swappable = [n for n, w in want.items() if -(-w.numel() // 2) * 2 >= 2**20]
-    assert len(swapped) == 2 * len(swappable) > 0, (sorted(map(str, swapped)), swappable)
+    _assert_parameters_on_nvme_changed_nothing(run_dir, in_ram, nvme, ranks=2)
 
 
 @pytest.mark.gpu
@@ -291,24 +306,11 @@ def test_zero3_with_parameters_on_nvme_and_the_optimizer_on_the_gpu_matches_no_o
     """The layout that trains the 9.42B model on one H200 with its parameters on disk
     (benchmarks/offload.py param_nvme_hbm): every parameter partition on NVMe, the optimizer not
     offloaded (DeepSpeed builds each fp32 master on the GPU from the swapped-in partition and
-    writes the updated bf16 partition back to disk after each step). One CUDA rank, the tiny
-    MoE+MoD model at 512 wide (as the CPU test above), attention fixed to one SDPA kernel: the
-    run is plain ZeRO-3 with everything on the GPU, loss for loss and weight for weight."""
-    from deepspeed.ops.op_builder import AsyncIOBuilder
-
-    if not AsyncIOBuilder().is_compatible(verbose=False):
-        pytest.skip("libaio (Debian: libaio-dev) missing: DeepSpeed's async I/O op cannot build")
-    zero3 = {
-        "model__dim": 512,
-        "model__ffn_dim": 1024,
-        "model__tie_embeddings": "false",
-        "train__device": "cuda",
-        "train__precision": "bf16",
-        "train__sdpa_backend": "math",
-        "checkpoint__every": 0,
-        "parallel__backend": "deepspeed",
-        "parallel__zero_stage": 3,
-    }
+    writes the updated bf16 partition back to disk after each step). One CUDA rank, NVME_ZERO3's
+    model, attention fixed to one SDPA kernel: the run is plain ZeRO-3 with everything on the
+    GPU, loss for loss and weight for weight."""
+    _skip_without_async_io()
+    zero3 = {**NVME_ZERO3, "train__device": "cuda", "train__sdpa_backend": "math"}
     on_gpu = tmp_path / "on_gpu"
     _ok(run_ats_train(_args(overrides, on_gpu, **zero3), 1))
     nvme = tmp_path / "nvme"
@@ -316,16 +318,7 @@ def test_zero3_with_parameters_on_nvme_and_the_optimizer_on_the_gpu_matches_no_o
     run_dir = tmp_path / "param_nvme"
     on_nvme = {"parallel__offload_param": "nvme", "parallel__nvme_path": nvme}
     _ok(run_ats_train(_args(overrides, run_dir, **zero3, **on_nvme), 1))
-    assert train_losses(run_dir) == train_losses(on_gpu)
-    assert len(train_losses(run_dir)) == STEPS
-    want = model_weights(on_gpu)
-    got = model_weights(run_dir)
-    assert got.keys() == want.keys()
-    for name in want:
-        assert torch.equal(got[name], want[name]), name
-    swapped = list(nvme.rglob("*.swp"))
-    swappable = [n for n, w in want.items() if w.numel() * 2 >= 2**20]
-    assert len(swapped) == len(swappable) > 0, (sorted(map(str, swapped)), swappable)
+    _assert_parameters_on_nvme_changed_nothing(run_dir, on_gpu, nvme, ranks=1)
 
 
 @pytest.mark.gpu
