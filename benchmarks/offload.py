@@ -34,10 +34,10 @@ them), and `nvme` 140 GiB of disk, more than either box has. DeepSpeed 0.19 cann
 optimizer with parameters on NVMe (ats-train refuses it: the GPU's sub-groups get host masters).
 A run whose host-RAM estimate exceeds --host-budget-gib (default 110), whose GPU estimate exceeds
 --gpu-budget-gib (default 139, an H200's usable HBM), or whose disk estimate exceeds the free
-space under --nvme, is skipped with the numbers, not started. Each run: --steps steps (micro batch 1, seq --seq-len, activation
-checkpointing; --set KEY=VALUE overrides any of it), under torchrun with 1 rank, one JSON line
-with step times, losses, GPU peak memory and host RSS peak. No checkpoint is written (gathering
-9.4B fp32 weights + Adam state on one host is 113 GB).
+space under --nvme, is skipped with the numbers, not started. Each run: --steps steps (micro
+batch 1, seq --seq-len, activation checkpointing; --set KEY=VALUE overrides any of it), under
+torchrun with 1 rank, one JSON line with step times, losses, GPU peak memory and host RSS peak.
+No checkpoint is written (gathering 9.4B fp32 weights + Adam state on one host is 113 GB).
 
     PYTHONPATH=$(ls -d packages/*/src | paste -sd:) python3 benchmarks/offload.py \\
         --data tinyshakespeare.txt --out /tmp/offload --runs split --ratio 0.5
@@ -82,8 +82,8 @@ def gpu_bytes(run: str, ratio: float) -> float:
     """Bytes per parameter kept on the GPU besides the working set (gathered blocks, buffers)."""
     if run == "split":
         return 2 + OPTIMIZER_BYTES * (1 - ratio)
-    if run == "param_nvme_hbm":  # master + m + v, bf16 gradients (fp32 ones per sub-group)
-        return OPTIMIZER_BYTES - 4 + 2
+    if run == "param_nvme_hbm":  # fp32 master, m, v; bf16 gradients (fp32 ones per sub-group)
+        return 4 + 4 + 4 + 2
     return 0.0
 
 
@@ -124,8 +124,9 @@ def arithmetic(params: int, ratio: float) -> dict[str, object]:
 def ds_config(run: str, nvme_path: Path | None, ratio: float) -> dict[str, object]:
     """ZeRO-3 with the optimizer split between the GPU and the CPU (split), parameters and
     optimizer on the CPU (cpu), the optimizer on NVMe (nvme), or parameters on NVMe and the
-    optimizer on the CPU (param_nvme) or on the GPU (param_nvme_hbm). Host-resident buffers are not pinned (the docstring says
-    why); NVMe swap buffers are, for async I/O. Batch keys stay "auto": ats-train fills them."""
+    optimizer on the CPU (param_nvme) or on the GPU (param_nvme_hbm). Host-resident buffers are
+    not pinned (the docstring says why); NVMe swap buffers are, for async I/O. Batch keys stay
+    "auto": ats-train fills them."""
     zero: dict[str, object] = {
         "stage": 3,
         "offload_param": {"device": "cpu", "pin_memory": False},
