@@ -233,11 +233,12 @@ def test_left_padding_leaves_real_tokens_unchanged(make_config, family: str) -> 
     torch.testing.assert_close(got, plain, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("knob", ["dropout", "ffn_dropout"])
 @pytest.mark.parametrize("family", ["dense", "hybrid"])
-def test_dropout_is_training_only(make_config, family: str) -> None:
+def test_dropout_is_training_only(make_config, family: str, knob: str) -> None:
     torch.manual_seed(0)
     plain = build_model(make_config(family))
-    dropped = build_model(make_config(family, dropout=0.3))
+    dropped = build_model(make_config(family, **{knob: 0.3}))
     dropped.load_state_dict(plain.state_dict())
     idx = torch.randint(0, plain.config.vocab_size, (2, 12))
     plain.eval()
@@ -247,8 +248,8 @@ def test_dropout_is_training_only(make_config, family: str) -> None:
     dropped.train()
     a, b = dropped(idx).logits, dropped(idx).logits
     assert not torch.equal(a, b), "two training forwards drew the same dropout masks"
-    with pytest.raises(ValueError, match=r"dropout = 1.0 is invalid"):
-        make_config(family, dropout=1.0)
+    with pytest.raises(ValueError, match=rf"{knob} = 1.0 is invalid"):
+        make_config(family, **{knob: 1.0})
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -21,9 +21,13 @@ def _case(device: str, g: torch.Generator, dtype: torch.dtype):
     return counts, [t.requires_grad_() for t in (x, w1, w3, w2)]
 
 
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("gemm", ["torch", "triton"])
-def test_grouped_mlp_matches_reference(device: str, dtype: torch.dtype, gemm: str, close) -> None:
+def test_grouped_mlp_matches_reference(
+    device: str, dtype: torch.dtype, gemm: str, dropout: float, close
+) -> None:
+    """dropout > 0: the same scaled mask on the hidden activations (ModelConfig.ffn_dropout)."""
     from ats_kernels.triton import grouped_mlp
 
     if gemm == "torch" and not hasattr(torch, "_grouped_mm"):
@@ -32,8 +36,12 @@ def test_grouped_mlp_matches_reference(device: str, dtype: torch.dtype, gemm: st
         pytest.skip("torch._grouped_mm's CUDA kernel is bf16-only")
     g = torch.Generator(device=device).manual_seed(0)
     counts, (x, w1, w3, w2) = _case(device, g, dtype)
-    y = grouped_mlp(x, counts, w1, w3, w2, gemm=gemm)
-    y_ref = ref_grouped_mlp(x, counts, w1, w3, w2)
+    scale = None
+    if dropout:
+        keep = torch.rand(x.shape[0], w1.shape[1], generator=g, device=device) >= dropout
+        scale = (keep / (1 - dropout)).to(dtype)
+    y = grouped_mlp(x, counts, w1, w3, w2, hidden_scale=scale, gemm=gemm)
+    y_ref = ref_grouped_mlp(x, counts, w1, w3, w2, hidden_scale=scale)
     tol = 1e-4 if dtype == torch.float32 else None
     close(y, y_ref, "y", tol=tol)
     dy = torch.randn(y.shape, generator=g, device=device).to(dtype)

@@ -134,6 +134,10 @@ class ModelConfig:
     # training-time regularizer on embeddings, attention weights and both residual branches
     # (nanoGPT's placement); inference ignores it, so exports and the native runtime do too
     dropout: float = 0.0
+    # dropout on the SwiGLU hidden activations (silu(w1 x) * w3 x) of the dense FFN and of every
+    # routed and shared expert: Switch Transformer's "expert dropout" (Fedus et al. 2021, sec. 4.1)
+    # regularizes the capacity an MoE adds; training only, like `dropout`
+    ffn_dropout: float = 0.0
     moe: MoEConfig | None = None
     mod: MoDConfig | None = None
 
@@ -178,8 +182,9 @@ class ModelConfig:
             _fail(o, "norm_eps", self.norm_eps, "a float > 0")
         if not self.init_std > 0:
             _fail(o, "init_std", self.init_std, "a float > 0")
-        if not 0.0 <= self.dropout < 1.0:
-            _fail(o, "dropout", self.dropout, "a float in [0, 1)")
+        for name in ("dropout", "ffn_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                _fail(o, name, getattr(self, name), "a float in [0, 1)")
         needs_moe = self.family in ("moe", "hybrid")
         needs_mod = self.family in ("mod", "hybrid")
         if needs_moe != (self.moe is not None):

@@ -6,13 +6,14 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from ats_kernels import select
+from ats_kernels import ref_grouped_mlp, select
 from ats_model import ModelConfig, MoEConfig
 from ats_model.layers.moe import MoEFFN, capacity_keep, expert_capacity
 
 
-def _layer(E: int = 4, k: int = 2, C: int = 4, **moe_kw) -> MoEFFN:
+def _layer(E: int = 4, k: int = 2, C: int = 4, ffn_dropout: float = 0.0, **moe_kw) -> MoEFFN:
     cfg = ModelConfig(
+        ffn_dropout=ffn_dropout,
         family="moe",
         vocab_size=8,
         dim=C,
@@ -120,6 +121,24 @@ def test_shared_experts_add_a_dense_mlp() -> None:
     assert layer.shared.w1.weight.shape == (12, 4)  # 2 shared experts of width 6, fused
     x = torch.randn(5, 4, dtype=torch.float64)
     torch.testing.assert_close(layer(x)[0], _loop_moe(layer, x) + layer.shared(x))
+
+
+def test_expert_dropout_masks_hidden_units_in_training_only() -> None:
+    """ffn_dropout inside the experts: each routed row's hidden units, dropped and rescaled."""
+    experts = _layer(E=3, k=1, C=4, ffn_dropout=0.5).experts
+    x = torch.randn(7, 4, dtype=torch.float64)
+    counts = torch.tensor([3, 0, 4])
+    plain = ref_grouped_mlp(x, counts, experts.w1, experts.w3, experts.w2)
+    torch.manual_seed(7)
+    got = experts(x, counts)
+    torch.manual_seed(7)
+    scale = torch.empty(7, 6).bernoulli_(0.5).div_(0.5)
+    assert 0 < int((scale == 0).sum()) < scale.numel()
+    want = ref_grouped_mlp(x, counts, experts.w1, experts.w3, experts.w2, hidden_scale=scale)
+    torch.testing.assert_close(got, want)
+    assert not torch.allclose(got, plain)
+    experts.eval()
+    torch.testing.assert_close(experts(x, counts), plain, rtol=0, atol=0)
 
 
 def test_bias_balancing_updates_only_in_training() -> None:

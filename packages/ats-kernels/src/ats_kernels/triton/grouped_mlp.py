@@ -5,10 +5,13 @@ Forward per expert e, with w13[e] = [w1[e]; w3[e]] (F + F rows, one GEMM for gat
 Backward saves x, w13, w2 and ab (h is recomputed by the SwiGLU kernel) and issues four grouped
 GEMMs: dh = dy @ w2[e]; d_ab = swiglu'(dh) (both halves into one buffer); dx = d_ab @ w13[e] (one
 GEMM over K = 2F instead of two and an add); dw13 = d_ab.T @ x, dw2 = dy.T @ h.
+With hidden_scale s (a scaled dropout mask), h = silu(a) * b * s, and dh is multiplied by s before
+swiglu'.
 """
 
 import torch
 
+from ats_kernels.grouped_mlp import check_hidden_scale
 from ats_kernels.triton.grouped_gemm import gmm, gmm_wgrad, torch_grouped_mm_usable
 from ats_kernels.triton.launch import check_on_device
 from ats_kernels.triton.swiglu import swiglu_backward, swiglu_forward
@@ -18,30 +21,35 @@ GEMMS = ("torch", "triton")
 
 class _GroupedMLP(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, offs, w1, w3, w2, use_torch: bool):
+    def forward(ctx, x, offs, w1, w3, w2, use_torch: bool, scale):
         F = w1.shape[1]
         w13 = torch.cat([w1, w3], dim=1)  # (E, 2F, C)
         ab = gmm(x, w13.transpose(1, 2), offs, use_torch)  # (M, 2F)
         h = swiglu_forward(ab[:, :F], ab[:, F:])  # (M, F)
+        if scale is not None:
+            h = h.mul_(scale)
         y = gmm(h, w2.transpose(1, 2), offs, use_torch)  # (M, C)
-        ctx.save_for_backward(x, offs, w13, w2, ab)
+        ctx.save_for_backward(x, offs, w13, w2, ab, scale)
         ctx.use_torch = use_torch
         return y
 
     @staticmethod
     def backward(ctx, dy):
-        x, offs, w13, w2, ab = ctx.saved_tensors
+        x, offs, w13, w2, ab, scale = ctx.saved_tensors
         use_torch = ctx.use_torch
         F = w2.shape[2]
         a, b = ab[:, :F], ab[:, F:]
         dy = dy.contiguous()
         dh = gmm(dy, w2, offs, use_torch)  # (M, F)
+        h = swiglu_forward(a, b)  # (M, F)
+        if scale is not None:
+            dh, h = dh.mul_(scale), h.mul_(scale)
         d_ab = torch.empty_like(ab)  # (M, 2F)
         swiglu_backward(dh, a, b, out=d_ab)
         dx = gmm(d_ab, w13, offs, use_torch)  # (M, C)
         dw13 = gmm_wgrad(d_ab, x, offs, use_torch)  # (E, 2F, C)
-        dw2 = gmm_wgrad(dy, swiglu_forward(a, b), offs, use_torch)  # (E, C, F)
-        return dx, None, dw13[:, :F], dw13[:, F:], dw2, None
+        dw2 = gmm_wgrad(dy, h, offs, use_torch)  # (E, C, F)
+        return dx, None, dw13[:, :F], dw13[:, F:], dw2, None, None
 
 
 def grouped_mlp(
@@ -50,9 +58,11 @@ def grouped_mlp(
     w1: torch.Tensor,
     w3: torch.Tensor,
     w2: torch.Tensor,
+    hidden_scale: torch.Tensor | None = None,
     gemm: str | None = None,
 ) -> torch.Tensor:
-    """Same result as ref_grouped_mlp: x_sorted (M, C), w1/w3 (E, F, C), w2 (E, C, F) -> (M, C).
+    """Same result as ref_grouped_mlp: x_sorted (M, C), w1/w3 (E, F, C), w2 (E, C, F) -> (M, C);
+    hidden_scale (M, F) multiplies the hidden activations (a scaled dropout mask) or is None.
 
     gemm: "torch" (torch._grouped_mm), "triton", or None = torch._grouped_mm where it has its fast
     path (CUDA sm_90+, bf16), else Triton.
@@ -81,6 +91,9 @@ def grouped_mlp(
         raise ValueError(
             f"grouped_mlp: tokens_per_expert has {tokens_per_expert.numel()} entries, weights have {E} experts"
         )
+    check_hidden_scale(hidden_scale, x_sorted.shape[0], F)
+    if hidden_scale is not None:
+        hidden_scale = hidden_scale.to(x_sorted.dtype).contiguous()
     offs = torch.cumsum(tokens_per_expert, 0).to(torch.int32)  # (E,) cumulative row ends
     if E > 0:
         check_on_device(
@@ -99,4 +112,4 @@ def grouped_mlp(
             )
     else:
         raise ValueError(f"grouped_mlp: gemm = {gemm!r}; expected one of {GEMMS} or None")
-    return _GroupedMLP.apply(x_sorted.contiguous(), offs, w1, w3, w2, use_torch)
+    return _GroupedMLP.apply(x_sorted.contiguous(), offs, w1, w3, w2, use_torch, hidden_scale)

@@ -9,7 +9,8 @@ from ats_model.layers.ffn import SwiGLUFFN
 
 
 def build_block(config: ModelConfig, layer_idx: int, kernels: KernelSet) -> Block:
-    return Block(config, layer_idx, SwiGLUFFN(config.dim, config.ffn_dim, kernels), kernels)
+    ffn = SwiGLUFFN(config.dim, config.ffn_dim, kernels, config.ffn_dropout)
+    return Block(config, layer_idx, ffn, kernels)
 
 
 SPEC = families.register(families.FamilySpec("dense", __doc__, build_block))

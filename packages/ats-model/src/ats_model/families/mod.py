@@ -11,7 +11,7 @@ from ats_model.layers.mod import MoDBlock
 
 
 def build_block(config: ModelConfig, layer_idx: int, kernels: KernelSet) -> nn.Module:
-    ffn = SwiGLUFFN(config.dim, config.ffn_dim, kernels)
+    ffn = SwiGLUFFN(config.dim, config.ffn_dim, kernels, config.ffn_dropout)
     block = MoDBlock if config.is_mod_layer(layer_idx) else Block
     return block(config, layer_idx, ffn, kernels)
 

@@ -15,12 +15,15 @@ from torch import nn
 
 
 class SwiGLUFFN(nn.Module):
-    def __init__(self, dim: int, hidden: int, kernels: KernelSet) -> None:
+    def __init__(self, dim: int, hidden: int, kernels: KernelSet, dropout: float) -> None:
         super().__init__()
         self.kernels = kernels
         self.w1 = nn.Linear(dim, hidden, bias=False)
         self.w3 = nn.Linear(dim, hidden, bias=False)
         self.w2 = nn.Linear(hidden, dim, bias=False)
+        self.dropout = (
+            dropout  # on the hidden activations, in training only (ModelConfig.ffn_dropout)
+        )
         self.fused = False  # one w13 GEMM when gradients are on (module docstring)
 
     def init_weights(self, std: float, resid_std: float) -> None:
@@ -34,6 +37,10 @@ class SwiGLUFFN(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not (self.fused and torch.is_grad_enabled()):
-            return self.w2(self.kernels.swiglu(self.w1(x), self.w3(x)))
-        w13 = torch.cat([self.w1.weight, self.w3.weight])  # (2F, C)
-        return self.w2(self.kernels.swiglu_packed(F.linear(x, w13)))  # (..., 2F) -> (..., F) -> C
+            h = self.kernels.swiglu(self.w1(x), self.w3(x))
+        else:
+            w13 = torch.cat([self.w1.weight, self.w3.weight])  # (2F, C)
+            h = self.kernels.swiglu_packed(F.linear(x, w13))  # (..., 2F) -> (..., F)
+        if self.training and self.dropout > 0:
+            h = F.dropout(h, self.dropout)
+        return self.w2(h)

@@ -59,16 +59,28 @@ class Experts(nn.Module):
     DeepSpeed's attribute-access fallback, which registers a parameter with the running module
     the first time the forward touches it."""
 
-    def __init__(self, n_experts: int, dim: int, hidden: int, kernels: KernelSet) -> None:
+    def __init__(
+        self, n_experts: int, dim: int, hidden: int, kernels: KernelSet, dropout: float
+    ) -> None:
         super().__init__()
         self.kernels = kernels
         self.w1 = nn.Parameter(torch.empty(n_experts, hidden, dim))
         self.w3 = nn.Parameter(torch.empty(n_experts, hidden, dim))
         self.w2 = nn.Parameter(torch.empty(n_experts, dim, hidden))
+        self.dropout = (
+            dropout  # on the hidden activations, in training only (ModelConfig.ffn_dropout)
+        )
 
     def forward(self, x_sorted: torch.Tensor, per_expert: torch.Tensor) -> torch.Tensor:
         """x_sorted (M, C) rows grouped by expert, per_expert (E,) rows per group -> (M, C)."""
-        return self.kernels.grouped_mlp(x_sorted, per_expert, self.w1, self.w3, self.w2)
+        scale = None
+        if self.training and self.dropout > 0:
+            keep = 1.0 - self.dropout
+            rows, hidden = x_sorted.shape[0], self.w1.shape[1]
+            scale = torch.empty(rows, hidden, device=x_sorted.device).bernoulli_(keep).div_(keep)
+        return self.kernels.grouped_mlp(
+            x_sorted, per_expert, self.w1, self.w3, self.w2, hidden_scale=scale
+        )
 
     def init_weights(self, std: float, resid_std: float) -> None:
         nn.init.normal_(self.w1, std=std)
@@ -85,10 +97,14 @@ class MoEFFN(nn.Module):
         moe = config.moe
         self.kernels = kernels
         self.router = nn.Linear(config.dim, moe.n_experts, bias=False)
-        self.experts = Experts(moe.n_experts, config.dim, config.ffn_dim, kernels)
+        self.experts = Experts(
+            moe.n_experts, config.dim, config.ffn_dim, kernels, config.ffn_dropout
+        )
         self.register_buffer("expert_bias", torch.zeros(moe.n_experts), persistent=True)
         self.shared = (
-            SwiGLUFFN(config.dim, moe.n_shared_experts * config.ffn_dim, kernels)
+            SwiGLUFFN(
+                config.dim, moe.n_shared_experts * config.ffn_dim, kernels, config.ffn_dropout
+            )
             if moe.n_shared_experts > 0
             else None
         )
