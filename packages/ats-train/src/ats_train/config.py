@@ -111,6 +111,10 @@ class TrainSection:
     )
     eval_every: int = 100  # 0 = only at the end
     eval_batches: int = 4
+    # sequences one rank evaluates at once (no activations are kept, so this may exceed the
+    # training micro-batch: fewer, larger forwards); None = the training micro-batch. With an MoE
+    # capacity factor the capacity is per forward, so this size decides which tokens drop.
+    eval_micro_batch_size: int | None = None
     log_every: int = 25
     device: str = "auto"
     sample_prompt: str = "def "
@@ -151,6 +155,12 @@ class TrainSection:
         _choice("train.sdpa_backend", self.sdpa_backend, SDPA_BACKENDS)
         _require(self.eval_every >= 0, f"train.eval_every = {self.eval_every} must be >= 0")
         _require(self.eval_batches > 0, f"train.eval_batches = {self.eval_batches} must be > 0")
+        eval_micro = self.eval_micro_batch_size
+        _require(
+            eval_micro is None or eval_micro > 0,
+            f"train.eval_micro_batch_size = {eval_micro} must be > 0 (or unset: the training "
+            "micro-batch)",
+        )
         _require(self.log_every > 0, f"train.log_every = {self.log_every} must be > 0")
         _require(self.sample_tokens >= 0, f"train.sample_tokens = {self.sample_tokens} < 0")
 

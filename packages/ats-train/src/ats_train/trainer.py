@@ -273,25 +273,25 @@ class Trainer:
         The loader's global batch is split over ranks (each takes its slice, run in micro-batches),
         and sum(loss * tokens) / sum(tokens) is reduced over ranks, so 1 and N ranks see the same
         windows and give the same loss (up to float summation order; MoE capacity, which is per
-        micro-batch, must see equal micro-batches: set train.micro_batch_size or run dropless).
+        forward, must see equal forwards: set train.eval_micro_batch_size or run dropless).
+        This rank's windows of all eval_batches run in forwards of train.eval_micro_batch_size.
         """
         train = self.config.train
         per_rank = train.batch_size // self.backend.world_size
         loader = build_loader(self.config, self.data, "val", per_rank, self.backend)
+        batches = [next(loader) for _ in range(train.eval_batches)]  # (per_rank, T) pairs
+        x = torch.cat([b[0] for b in batches])  # (eval_batches * per_rank, T)
+        y = torch.cat([b[1] for b in batches])
+        micro = train.eval_micro_batch_size or self.micro_batch_size
         self.model.eval()
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.backend.device)
         tokens = 0
-        for _ in range(train.eval_batches):
-            x, y = next(loader)  # (per_rank, T) each: this rank's slice of the global batch
-            micro = self.micro_batch_size
-            for xm, ym in zip(x.split(micro), y.split(micro), strict=True):
-                n = int((ym != -100).sum())  # the loss is a mean over targets != -100 (host count)
-                with self.forward_context():
-                    output = self.model(
-                        xm.to(self.backend.device), targets=ym.to(self.backend.device)
-                    )
-                loss_sum += output.loss.double() * n
-                tokens += n
+        for xm, ym in zip(x.split(micro), y.split(micro), strict=True):
+            n = int((ym != -100).sum())  # the loss is a mean over targets != -100 (host count)
+            with self.forward_context():
+                output = self.model(xm.to(self.backend.device), targets=ym.to(self.backend.device))
+            loss_sum += output.loss.double() * n
+            tokens += n
         self.model.train()
         # mean over ranks of both sums: their ratio is the ratio of the global sums
         return self.backend.all_reduce_mean(float(loss_sum)) / self.backend.all_reduce_mean(tokens)
