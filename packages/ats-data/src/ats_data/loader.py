@@ -94,11 +94,17 @@ class TokenLoader:
             return rng.permutation(self.num_windows)[:n]
         return rng.integers(0, int(self._cum[-1]), size=n)
 
-    def _window(self, gid: int) -> np.ndarray:
-        shard = int(np.searchsorted(self._cum, gid, side="right")) - 1
-        local = gid - int(self._cum[shard])
-        start = local * self.seq_len if self.mode == "packed" else local
-        return self._shards[shard][start : start + self.seq_len + 1]
+    def _windows(self, ids: np.ndarray) -> np.ndarray:
+        """Global window ids (B,) -> their tokens (B, T + 1), int64: one gather per shard."""
+        shard = np.searchsorted(self._cum, ids, side="right") - 1
+        local = ids - self._cum[shard]
+        starts = local * self.seq_len if self.mode == "packed" else local
+        offsets = np.arange(self.seq_len + 1)
+        buf = np.empty((len(ids), self.seq_len + 1), dtype=np.int64)
+        for s in np.unique(shard):
+            rows = shard == s
+            buf[rows] = self._shards[s][starts[rows, None] + offsets]
+        return buf
 
     def __iter__(self) -> "TokenLoader":
         return self
@@ -108,7 +114,7 @@ class TokenLoader:
             self._order = self._epoch_order(self.epoch)
         base = self.step * self.global_batch + self.rank * self.batch_size
         ids = self._order[base : base + self.batch_size]
-        buf = np.stack([self._window(int(g)) for g in ids]).astype(np.int64)  # (B, T+1)
+        buf = self._windows(ids)  # (B, T+1)
         self.step += 1
         if self.step == self.steps_per_epoch:
             self.epoch, self.step, self._order = self.epoch + 1, 0, None

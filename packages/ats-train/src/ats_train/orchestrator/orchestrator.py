@@ -161,7 +161,10 @@ class Orchestrator:
             record["update_ratio"] = delta / before if before > 0 else None
         self._snapshot = None
         if trainer.backend.device.type == "cuda":
-            record["memory_gb"] = torch.cuda.max_memory_allocated(trainer.backend.device) / 1e9
+            # max_memory_allocated's value without its flattening of every allocator statistic
+            # into a sorted dict (~0.5 ms of host time per step, while the GPU waits)
+            stats = torch.cuda.memory_stats_as_nested_dict(trainer.backend.device)
+            record["memory_gb"] = stats["allocated_bytes"]["all"]["peak"] / 1e9
         else:  # Linux reports ru_maxrss in KiB
             record["memory_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
         if self._predictor_selected:
