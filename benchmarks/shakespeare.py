@@ -17,6 +17,12 @@ set the eager step time (measured 30 ms of CPU for 14 ms of GPU per batch-128 st
 The clock starts before the trainer is built and includes every evaluation; steps past the budget
 are not run. One JSON line per run, then a summary.
 
+Each evaluation (every --eval-every steps) is 10 seeded batches of 64 random val windows (~1.5x
+the split's bytes, overlapping), as every recorded run measured it. That sample depends on the
+seed: on seed 6 dense and MoE both ended ~0.02 above seeds 1-5 (BENCHMARKS.md, session 12), which
+points at the sample (not measured). `--eval-batches 0` evaluates the whole val split instead,
+every packed window once, with no sample and no seed in the number (not yet run on the GPU).
+
 --corpus stdlib trains on the running Python's standard library source instead (every `*.py`
 outside test/ and installed packages, in path order, ~10 MB on 3.12; same 90/10 split): text this model does not
 memorize within the budget, where tinyshakespeare (1 MB, ~24 passes in 1500 steps) is overfit by
@@ -149,9 +155,9 @@ def run(name: str, data_dir: Path, args: argparse.Namespace, run_dir: Path) -> d
         "kernels": args.kernels,
         "train.device": args.device,
         "train.eval_batches": args.eval_batches,
-        # all eval windows in one forward: an eager eval is launch-bound (10 forwards of 64 rows
-        # took the MoE 0.27 s per evaluation, 4 s of the 40)
-        "train.eval_micro_batch_size": args.eval_batches * args.batch_size,
+        # up to 1024 windows per forward (all of tinyshakespeare's val split in one): an eager
+        # eval is launch-bound (10 forwards of 64 rows took the MoE 0.27 s, 4 s of the 40)
+        "train.eval_micro_batch_size": 1024,
         "train.log_every": 100,
         "optim.lr": args.lr,
         "optim.min_lr": args.lr / 10,
@@ -210,7 +216,12 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--eval-every", type=int, default=100)
-    parser.add_argument("--eval-batches", type=int, default=10)
+    parser.add_argument(
+        "--eval-batches",
+        type=int,
+        default=10,
+        help="random val batches per evaluation (seeded by --seed); 0 = the whole val split",
+    )
     parser.add_argument("--compile", action="store_true")
     parser.add_argument("--kernels", default="auto", help="auto | reference | triton")
     parser.add_argument(

@@ -1,6 +1,6 @@
 """TokenLoader: windows are real slices of the shards, packed epochs cover every window once
 across ranks, order is seeded, the global batch does not depend on the rank split, and resume is
-exact mid-epoch and across epoch boundaries."""
+exact mid-epoch and across epoch boundaries; split_windows covers a split once, over ranks."""
 
 import json
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 from ats_data.dataset import ShardDataset
 from ats_data.errors import DataError
-from ats_data.loader import TokenLoader
+from ats_data.loader import TokenLoader, split_windows
 
 EOS = 65535
 SHARD_LENGTHS = (1000, 333, 612)  # tokens per shard, one document each
@@ -182,3 +182,25 @@ def test_bad_arguments_and_mismatched_state(dataset):
         TokenLoader(dataset, "train", 4, 8, seed=0).load_state_dict(state)
     with pytest.raises(DataError, match="out of range"):
         TokenLoader(dataset, "train", 2, 8, seed=0).load_state_dict({**state, "step": 10**6})
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+def test_split_windows_yield_every_packed_window_once_over_the_ranks(dataset, world_size):
+    T, B = 50, 7
+    starts = []
+    for rank in range(world_size):
+        batches = list(split_windows(dataset, "train", T, B, rank=rank, world_size=world_size))
+        assert all(len(x) <= B for x, _ in batches)
+        for x, y in batches:
+            check_windows(x, y, dataset, T)
+            starts += x[:, 0].tolist()
+    every = sorted(reference_packed_starts(T))  # 37 windows
+    # shard order, no window twice; equal shares leave out the last 37 % world_size windows
+    assert starts == every[: len(every) // world_size * world_size]
+
+
+def test_split_windows_of_a_split_too_short_name_it(dataset):
+    with pytest.raises(DataError, match="split 'train' .* has no window of 1001 tokens"):
+        next(split_windows(dataset, "train", 1000, 4))
+    with pytest.raises(DataError, match="has 2 windows of 501 tokens, fewer than the 3 ranks"):
+        next(split_windows(dataset, "train", 500, 4, rank=0, world_size=3))

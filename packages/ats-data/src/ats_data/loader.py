@@ -13,6 +13,8 @@ is split between ranks and micro-batches. The state is (epoch, step): it is the 
 rank and resumes exactly, also on another world size with the same global batch.
 """
 
+from collections.abc import Iterator
+
 import numpy as np
 import torch
 
@@ -95,16 +97,8 @@ class TokenLoader:
         return rng.integers(0, int(self._cum[-1]), size=n)
 
     def _windows(self, ids: np.ndarray) -> np.ndarray:
-        """Global window ids (B,) -> their tokens (B, T + 1), int64: one gather per shard."""
-        shard = np.searchsorted(self._cum, ids, side="right") - 1
-        local = ids - self._cum[shard]
-        starts = local * self.seq_len if self.mode == "packed" else local
-        offsets = np.arange(self.seq_len + 1)
-        buf = np.empty((len(ids), self.seq_len + 1), dtype=np.int64)
-        for s in np.unique(shard):
-            rows = shard == s
-            buf[rows] = self._shards[s][starts[rows, None] + offsets]
-        return buf
+        """Global window ids (B,) -> their tokens (B, T + 1), int64."""
+        return _gather(self._shards, self._cum, ids, self.seq_len, self.mode == "packed")
 
     def __iter__(self) -> "TokenLoader":
         return self
@@ -162,3 +156,53 @@ class TokenLoader:
                 f"(steps_per_epoch {self.steps_per_epoch})"
             )
         self.epoch, self.step, self._order = epoch, step, None
+
+
+def _gather(
+    shards: list[np.ndarray], cum: np.ndarray, ids: np.ndarray, seq_len: int, packed: bool
+) -> np.ndarray:
+    """Window ids (B,) -> tokens (B, T + 1), int64, one gather per shard. cum[s] is the first id
+    of shard s; a window's start is (id - cum[s]) * T when packed, else id - cum[s]."""
+    shard = np.searchsorted(cum, ids, side="right") - 1
+    local = ids - cum[shard]
+    starts = local * seq_len if packed else local
+    offsets = np.arange(seq_len + 1)
+    buf = np.empty((len(ids), seq_len + 1), dtype=np.int64)
+    for s in np.unique(shard):
+        rows = shard == s
+        buf[rows] = shards[s][starts[rows, None] + offsets]
+    return buf
+
+
+def split_windows(
+    dataset: ShardDataset,
+    split: str,
+    seq_len: int,
+    batch_size: int,
+    *,
+    rank: int = 0,
+    world_size: int = 1,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Every packed window of `split` exactly once, in shard order: the whole split for an
+    evaluation whose result depends neither on a seed nor on a sample. Rank r takes the r-th of
+    world_size contiguous, equal shares and yields it as (x, y) batches of at most batch_size
+    windows. Equal shares give every rank the same number of forwards (a sharded model's forward
+    is a collective), so the last total % world_size windows are left out."""
+    if batch_size < 1 or seq_len < 1:
+        raise DataError(f"batch_size and seq_len must be >= 1, got {batch_size}, {seq_len}")
+    shards = dataset.shards(split)
+    counts = np.array([max(len(m) - 1, 0) // seq_len for m in shards], dtype=np.int64)
+    cum = np.concatenate([[0], np.cumsum(counts)])
+    total = int(cum[-1])
+    if total == 0:
+        raise DataError(f"split {split!r} of {dataset.path} has no window of {seq_len + 1} tokens")
+    share = total // world_size
+    if share == 0:
+        raise DataError(
+            f"split {split!r} of {dataset.path} has {total} windows of {seq_len + 1} tokens, "
+            f"fewer than the {world_size} ranks"
+        )
+    ids = np.arange(rank * share, (rank + 1) * share)
+    for start in range(0, len(ids), batch_size):
+        buf = torch.from_numpy(_gather(shards, cum, ids[start : start + batch_size], seq_len, True))
+        yield buf[:, :-1].contiguous(), buf[:, 1:].contiguous()

@@ -110,6 +110,8 @@ class TrainSection:
         "auto"  # attention kernel: auto | default | cudnn | flash | efficient | math
     )
     eval_every: int = 100  # 0 = only at the end
+    # global batches of random val windows per evaluation (seeded by train.seed); 0 = the whole
+    # val split, every packed window once: no sample, so no seed in the number
     eval_batches: int = 4
     # sequences one rank evaluates at once (no activations are kept, so this may exceed the
     # training micro-batch: fewer, larger forwards); None = the training micro-batch. With an MoE
@@ -154,7 +156,10 @@ class TrainSection:
         _choice("train.device", self.device, DEVICES)
         _choice("train.sdpa_backend", self.sdpa_backend, SDPA_BACKENDS)
         _require(self.eval_every >= 0, f"train.eval_every = {self.eval_every} must be >= 0")
-        _require(self.eval_batches > 0, f"train.eval_batches = {self.eval_batches} must be > 0")
+        _require(
+            self.eval_batches >= 0,
+            f"train.eval_batches = {self.eval_batches} must be >= 0 (0 = the whole val split)",
+        )
         eval_micro = self.eval_micro_batch_size
         _require(
             eval_micro is None or eval_micro > 0,

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from ats_data.loader import TokenLoader
+from ats_data.loader import TokenLoader, split_windows
 from ats_model import (
     ModelConfig,
     build_model,
@@ -268,7 +268,8 @@ class Trainer:
     @torch.no_grad()
     def evaluate(self) -> float:
         """Token-weighted mean validation loss over the first train.eval_batches GLOBAL batches
-        (train.batch_size windows each) of a fresh val loader, whatever the world size.
+        (train.batch_size windows each) of a fresh val loader, whatever the world size; with
+        train.eval_batches = 0, over every packed window of the val split once (split_windows).
 
         The loader's global batch is split over ranks (each takes its slice, run in micro-batches),
         and sum(loss * tokens) / sum(tokens) is reduced over ranks, so 1 and N ranks see the same
@@ -277,16 +278,11 @@ class Trainer:
         This rank's windows of all eval_batches run in forwards of train.eval_micro_batch_size.
         """
         train = self.config.train
-        per_rank = train.batch_size // self.backend.world_size
-        loader = build_loader(self.config, self.data, "val", per_rank, self.backend)
-        batches = [next(loader) for _ in range(train.eval_batches)]  # (per_rank, T) pairs
-        x = torch.cat([b[0] for b in batches])  # (eval_batches * per_rank, T)
-        y = torch.cat([b[1] for b in batches])
         micro = train.eval_micro_batch_size or self.micro_batch_size
         self.model.eval()
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.backend.device)
         tokens = 0
-        for xm, ym in zip(x.split(micro), y.split(micro), strict=True):
+        for xm, ym in self._eval_batches(micro):
             n = int((ym != -100).sum())  # the loss is a mean over targets != -100 (host count)
             with self.forward_context():
                 output = self.model(xm.to(self.backend.device), targets=ym.to(self.backend.device))
@@ -295,6 +291,22 @@ class Trainer:
         self.model.train()
         # mean over ranks of both sums: their ratio is the ratio of the global sums
         return self.backend.all_reduce_mean(float(loss_sum)) / self.backend.all_reduce_mean(tokens)
+
+    def _eval_batches(self, micro: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """This rank's val windows as (x, y) CPU batches of at most `micro` rows."""
+        train, backend = self.config.train, self.backend
+        if train.eval_batches == 0:
+            val = self.data.dataset
+            yield from split_windows(
+                val, "val", train.seq_len, micro, rank=backend.rank, world_size=backend.world_size
+            )
+            return
+        per_rank = train.batch_size // backend.world_size
+        loader = build_loader(self.config, self.data, "val", per_rank, backend)
+        batches = [next(loader) for _ in range(train.eval_batches)]  # (per_rank, T) pairs
+        x = torch.cat([b[0] for b in batches])  # (eval_batches * per_rank, T)
+        y = torch.cat([b[1] for b in batches])
+        yield from zip(x.split(micro), y.split(micro), strict=True)
 
     # ---- checkpoints ---------------------------------------------------------------------------
     def save(self) -> Path:
