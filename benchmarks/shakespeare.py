@@ -8,7 +8,8 @@ first 90% of the file trains, the last 10% validates. Bytes are the tokens (voca
     python benchmarks/shakespeare.py --data ../shared/data/tinyshakespeare.txt --runs dense,moe_fine8
 
 The default MoE is moe_fine8 (4 of 8 experts a quarter as wide), the best equal-active variant
-measured here (BENCHMARKS.md, session 4).
+measured here (BENCHMARKS.md, session 4); since session 12 it runs with `--set
+model.ffn_dropout=0.4` (expert dropout), without which it overfits this file.
 
 Defaults are nanoGPT's optimizer settings (batch 64, lr 1e-3, betas (0.9, 0.99), warmup 100) on
 1500 cosine steps, with train.cuda_graphs: at this size the CPU's kernel launches, not the GPU,
