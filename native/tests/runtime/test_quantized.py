@@ -92,8 +92,10 @@ def _grouped_mlp_q8_0(
     w1: torch.Tensor,
     w3: torch.Tensor,
     w2: torch.Tensor,
+    hidden_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """ref_grouped_mlp with each expert's inputs rounded as the native integer path does."""
+    assert hidden_scale is None, "a dropout mask in the inference reference (model not in eval)"
     outs = []
     for e, x_e in enumerate(torch.split(x_sorted, tokens_per_expert.tolist())):
         xq = q8_0(x_e)
