@@ -106,6 +106,12 @@ class TrainSection:
     compile: bool = False
     activation_checkpointing: bool = False
     cuda_graphs: bool = False  # forward + backward replayed from CUDA graphs (cuda_graphs.py)
+    # The host reads each step's numbers (loss, statistics, grad norm) one step late, while the
+    # device runs the next step, instead of waiting for the device at every step: on the H200 the
+    # waits and the bookkeeping after them left the GPU idle ~40% of a small model's step
+    # (BENCHMARKS.md, session 12). train_step() then returns the previous step's record. Needs
+    # what decides on a step's numbers before the next step off: see TrainConfig.
+    overlap_host: bool = False
     sdpa_backend: str = (
         "auto"  # attention kernel: auto | default | cudnn | flash | efficient | math
     )
@@ -358,11 +364,33 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         _choice("kernels", self.kernels, KERNELS)
+        if self.train.overlap_host:
+            self._check_overlap_host()
         _require(
             self.checkpoint.format == "full" or self.parallel.backend != "colossalai",
             "checkpoint.format = 'sharded' is not implemented for parallel.backend = "
             "'colossalai'; use checkpoint.format = 'full'",
         )
+
+    def _check_overlap_host(self) -> None:
+        """train.overlap_host reads a step's numbers after the next step is queued: refuse what
+        must act on them before that (skip an update, roll back, rescale, drill a fault) or reads
+        them in a collective."""
+        faults = [f.name for f in dataclasses.fields(self.faults) if f.name.endswith("_at_step")]
+        drills = [name for name in faults if getattr(self.faults, name) is not None]
+        problems = [
+            (self.parallel.backend == "single", f"parallel.backend = {self.parallel.backend!r}"),
+            (self.orchestrator.mode == "off", f"orchestrator.mode = {self.orchestrator.mode!r}"),
+            (self.train.precision != "fp16", "train.precision = 'fp16' (its loss scaler)"),
+            (not drills, f"faults.{drills[0] if drills else ''} set"),
+        ]
+        for ok, what in problems:
+            _require(
+                ok,
+                f"train.overlap_host = true cannot run with {what}: needs parallel.backend = "
+                "'single', orchestrator.mode = 'off', no fp16 and no faults.*, which act on a "
+                "step's numbers before the next step starts",
+            )
 
 
 # ----------------------------------------------------------------------------------------------

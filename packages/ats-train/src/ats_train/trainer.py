@@ -9,6 +9,7 @@ checkpoint, and the next batch is the one the interrupted run would have drawn.
 from __future__ import annotations
 
 import contextlib
+import math
 import random
 import time
 from collections.abc import Iterator
@@ -90,9 +91,20 @@ def _to_host(
 ) -> StepOutput:
     """The step's device sums -> their means on the host in ONE copy (one host sync per step,
     where a float() per aux loss and a .cpu() per statistic waited on the device ~7 times)."""
+    means = _pack(loss_sum, aux_sums, stats_sums, n_micro)
+    return _unpack(means.cpu(), list(aux_sums), stats_sums)
+
+
+def _pack(
+    loss_sum: torch.Tensor,
+    aux_sums: dict[str, torch.Tensor],
+    stats_sums: dict[str, torch.Tensor],
+    n_micro: int,
+) -> torch.Tensor:
+    """The step's sums -> [loss, *aux, *flattened stats] means, one float64 vector (_unpack's)."""
     parts = [loss_sum.reshape(1), *(v.reshape(1) for v in aux_sums.values())]
     parts += [v.reshape(-1) for v in stats_sums.values()]
-    return _unpack((torch.cat(parts) / n_micro).cpu(), list(aux_sums), stats_sums)
+    return torch.cat(parts) / n_micro
 
 
 def _unpack(
@@ -107,6 +119,21 @@ def _unpack(
     return StepOutput(
         loss=scalars[0], aux=dict(zip(aux_names, scalars[1:], strict=True)), stats=stats
     )
+
+
+@dataclass
+class _Queued:
+    """A step whose work is queued on the device (train.overlap_host) and whose numbers
+    [loss, *aux, *flattened stats, grad norm] are being copied into `values` (pinned host memory;
+    read after `copied`, None on CPU where the copy is done on return)."""
+
+    step: int
+    lr: float
+    t0: float
+    aux_names: list[str]
+    stats_like: dict[str, torch.Tensor]
+    values: torch.Tensor
+    copied: torch.cuda.Event | None = None
 
 
 @dataclass
@@ -131,6 +158,7 @@ class Trainer:
     graphed: GraphedLoss | None = None  # train.cuda_graphs: forward + backward from CUDA graphs
     attention: AttentionBackend = field(default_factory=lambda: AttentionBackend(None, {}))
     profiler: StepProfiler = field(default_factory=StepProfiler.disabled)  # profile.steps
+    _queued: _Queued | None = None  # train.overlap_host: the step recorded at the next one
 
     # ---- the loop ------------------------------------------------------------------------------
     def train(self) -> None:
@@ -148,18 +176,23 @@ class Trainer:
             every = self.config.checkpoint.every
             if every and self.step % every == 0 and running:
                 self.save()
+        self.flush()
         final = latest_checkpoint(self.run_dir)
         if final is None or checkpoint_step(final) != self.step:
             self.validate()
             self.save()
 
     def validate(self) -> None:
+        self.flush()  # the step's train record before its val record
         val_loss = self.evaluate()
         self.metrics.val(self.step, val_loss)
         self.orchestrator.observe_val(self.step, val_loss)
 
     def train_step(self) -> dict[str, Any]:
-        train = self.config.train
+        """One optimizer step; returns its metrics record. With train.overlap_host, the step is
+        queued and the record returned is the previous step's ({} at the first step)."""
+        if self.config.train.overlap_host:
+            return self._queue_step()
         lr = self.orchestrator.lr(self.schedule(self.step) * self.faults.lr_factor(self.step + 1))
         for group in self.optimizer.param_groups:
             group["lr"] = lr
@@ -175,20 +208,7 @@ class Trainer:
         else:
             grad_norm, stepped = self.backend.step(self.optimizer, self.config.optim.grad_clip)
         self.step += 1
-        dt = time.perf_counter() - t0
-        tokens_per_s = train.batch_size * train.seq_len / dt
-        record = {
-            "step": self.step,
-            "loss": out.loss,
-            **{f"aux/{k}": v for k, v in out.aux.items()},
-            "lr": lr,
-            "grad_norm": grad_norm,
-            "stepped": stepped,
-            "tokens": self.step * train.batch_size * train.seq_len,
-            "tokens_per_s": tokens_per_s,
-            "mfu": mfu(tokens_per_s, self.flops_per_token, self.peak_flops),
-            **stats_record(out.stats),
-        }
+        record = self._record(self.step, out, lr, grad_norm, stepped, time.perf_counter() - t0)
         if self.precision.scaler is not None:
             record["loss_scale"] = self.precision.scaler.get_scale()
         if skipped:
@@ -196,6 +216,72 @@ class Trainer:
         self.orchestrator.annotate(self, record)
         self.metrics.train(record)
         self.orchestrator.after_step(self, record)
+        return record
+
+    def _record(
+        self,
+        step: int,
+        out: StepOutput,
+        lr: float,
+        grad_norm: float | None,
+        stepped: bool,
+        dt: float,
+    ) -> dict[str, Any]:
+        train = self.config.train
+        tokens_per_s = train.batch_size * train.seq_len / dt
+        return {
+            "step": step,
+            "loss": out.loss,
+            **{f"aux/{k}": v for k, v in out.aux.items()},
+            "lr": lr,
+            "grad_norm": grad_norm,
+            "stepped": stepped,
+            "tokens": step * train.batch_size * train.seq_len,
+            "tokens_per_s": tokens_per_s,
+            "mfu": mfu(tokens_per_s, self.flops_per_token, self.peak_flops),
+            **stats_record(out.stats),
+        }
+
+    def _queue_step(self) -> dict[str, Any]:
+        """train.overlap_host: queue this step's forward, backward and update, start the copy of
+        its numbers to the host, then record the previous step (whose copy is done: the device
+        runs in order) while the device works on this one. Config refuses what would act on a
+        step's numbers first (TrainConfig._check_overlap_host)."""
+        lr = self.schedule(self.step)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        t0 = time.perf_counter()
+        x, y = next(self.train_loader)  # (B, T) each
+        loss_sum, aux_sums, stats_sums, n_micro = self._device_sums(x, y)
+        norm = self.backend.queue_step(self.optimizer, self.config.optim.grad_clip)
+        means = _pack(loss_sum, aux_sums, stats_sums, n_micro)
+        values = torch.cat([means, norm.double().reshape(1)])
+        self.step += 1
+        queued = _Queued(
+            self.step, lr, t0, list(aux_sums), stats_sums, values.to("cpu", non_blocking=True)
+        )
+        if values.is_cuda:
+            queued.copied = torch.cuda.Event()
+            queued.copied.record()
+        previous, self._queued = self._queued, queued
+        return {} if previous is None else self._record_queued(previous, t0)
+
+    def flush(self) -> dict[str, Any] | None:
+        """train.overlap_host: record the last queued step now (waits for it); None if none is
+        waiting. validate(), save() and the end of train() call it."""
+        queued, self._queued = self._queued, None
+        return None if queued is None else self._record_queued(queued, None)
+
+    def _record_queued(self, queued: _Queued, next_t0: float | None) -> dict[str, Any]:
+        if queued.copied is not None:
+            queued.copied.synchronize()
+        grad_norm = float(queued.values[-1])
+        out = _unpack(queued.values[:-1], queued.aux_names, queued.stats_like)
+        # a step's time: from its launch to the next launch (to now for the last one)
+        dt = (time.perf_counter() if next_t0 is None else next_t0) - queued.t0
+        stepped = math.isfinite(grad_norm)  # a fused optimizer skipped it on the device if not
+        record = self._record(queued.step, out, queued.lr, grad_norm, stepped, dt)
+        self.metrics.train(record)
         return record
 
     def mean_over_ranks(self, out: StepOutput) -> StepOutput:
@@ -215,6 +301,13 @@ class Trainer:
         Each micro-batch loss is divided by n_micro, so the accumulated gradient equals that of the
         mean loss over the whole batch (all micro-batches hold the same number of tokens).
         """
+        return _to_host(*self._device_sums(x, y))
+
+    def _device_sums(
+        self, x: torch.Tensor, y: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], dict[str, torch.Tensor], int]:
+        """forward_backward's work: (LM loss sum, aux loss sums, statistic sums) on the device,
+        and the number of micro-batches they sum over."""
         micro = self.micro_batch_size
         n_micro = x.shape[0] // micro
         weights = self.aux_weights()
@@ -237,7 +330,7 @@ class Trainer:
                 aux_sums[name] = aux_sums.get(name, 0.0) + value.detach().double()
             for name, value in stats.items():
                 stats_sums[name] = stats_sums.get(name, 0.0) + value.detach().double()
-        return _to_host(loss_sum, aux_sums, stats_sums, n_micro)
+        return loss_sum, aux_sums, stats_sums, n_micro
 
     def losses(self, x: torch.Tensor, y: torch.Tensor) -> LossParts:
         """One micro-batch's forward: (LM loss, unweighted aux losses, detached stats)."""
@@ -310,6 +403,7 @@ class Trainer:
 
     # ---- checkpoints ---------------------------------------------------------------------------
     def save(self) -> Path:
+        self.flush()  # metrics.jsonl holds every step up to the checkpoint's
         # Every rank gathers the model (for fsdp2 a collective); the main rank writes it and the
         # state. "full": the optimizer state is gathered too; "sharded": each rank writes its own.
         model_state = self.backend.model_state(self.raw_model)

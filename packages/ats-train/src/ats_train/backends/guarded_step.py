@@ -15,16 +15,21 @@ import math
 import torch
 
 
+def queue_step_if_finite(optimizer: torch.optim.Optimizer, norm: torch.Tensor) -> None:
+    """A fused optimizer's update, which the device skips when `norm` is inf or NaN: no wait."""
+    optimizer.found_inf = (~torch.isfinite(norm)).to(torch.float32)
+    optimizer.grad_scale = None
+    try:
+        optimizer.step()
+    finally:
+        del optimizer.found_inf, optimizer.grad_scale
+
+
 def step_if_finite(optimizer: torch.optim.Optimizer, norm: torch.Tensor) -> tuple[float, bool]:
     """Apply the update unless `norm` (the gradients' global norm, a tensor) is inf or NaN.
     Returns (the norm as a float, whether the update ran)."""
     if optimizer.defaults.get("fused"):
-        optimizer.found_inf = (~torch.isfinite(norm)).to(torch.float32)
-        optimizer.grad_scale = None
-        try:
-            optimizer.step()
-        finally:
-            del optimizer.found_inf, optimizer.grad_scale
+        queue_step_if_finite(optimizer, norm)
         grad_norm = float(norm)  # the one wait, after the update is queued
         return grad_norm, math.isfinite(grad_norm)
     grad_norm = float(norm)

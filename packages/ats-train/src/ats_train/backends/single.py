@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ats_train.backends.guarded_step import step_if_finite
+from ats_train.backends.guarded_step import queue_step_if_finite, step_if_finite
 from ats_train.backends.optimizer_dcp import load_optimizer_dcp, save_optimizer_dcp
 from ats_train.checkpoint import CheckpointError
 from ats_train.checkpoint_sharded import DCP_DIR
@@ -62,6 +62,22 @@ class SingleBackend:
             grad_norm, stepped = step_if_finite(optimizer, norm)
         optimizer.zero_grad(set_to_none=True)
         return grad_norm, stepped
+
+    def queue_step(self, optimizer: torch.optim.Optimizer, grad_clip: float) -> torch.Tensor:
+        """`step` without reading the result: returns the gradients' global norm as a tensor; a
+        fused optimizer skips a non-finite update on the device. A non-fused one (CPU) needs the
+        verdict on the host, where waiting for the device costs nothing. No fp16 loss scaler
+        (train.overlap_host refuses fp16)."""
+        if self.precision.scaler is not None:
+            raise RuntimeError("queue_step: the fp16 loss scaler decides on the host")
+        max_norm = grad_clip if grad_clip > 0 else math.inf
+        norm = torch.nn.utils.clip_grad_norm_(self._params, max_norm)
+        if optimizer.defaults.get("fused"):
+            queue_step_if_finite(optimizer, norm)
+        else:
+            step_if_finite(optimizer, norm)
+        optimizer.zero_grad(set_to_none=True)
+        return norm
 
     def state(self) -> dict[str, object]:
         scaler = self.precision.scaler

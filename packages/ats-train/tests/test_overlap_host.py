@@ -1,0 +1,63 @@
+"""train.overlap_host: the same run as the synchronous trainer (weights bit for bit, the same
+metrics history), resumable from a checkpoint, each step recorded once, and refused where a step's
+numbers must be read before the next step starts."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+from ats_train.checkpoint import LATEST, checkpoints_dir
+from ats_train.cli import main
+from ats_train.config import load_config
+from ats_train.errors import ConfigError
+from ats_train.trainer import build_trainer
+
+
+def _args(overrides, overlap: bool, **extra: object) -> list[str]:  # noqa: ANN001
+    return overrides(orchestrator__mode="off", train__overlap_host=overlap, **extra)
+
+
+def test_an_overlapped_run_is_the_synchronous_run(overrides, tmp_path: Path, assert_same_run):
+    runs = {}
+    for overlap in (False, True):
+        runs[overlap] = tmp_path / f"overlap-{overlap}"
+        assert main(["--run-dir", str(runs[overlap]), *_args(overrides, overlap)]) == 0
+    assert_same_run(runs[True], runs[False])  # every step's record, val losses between them
+
+
+def test_an_overlapped_run_resumes_bitwise(overrides, tmp_path: Path, assert_same_run):
+    args = _args(overrides, True)
+    ref = tmp_path / "ref"
+    assert main(["--run-dir", str(ref), *args]) == 0
+    resumed = tmp_path / "resumed"  # as if the run had died after writing step 4's checkpoint
+    shutil.copytree(ref, resumed)
+    shutil.rmtree(resumed / "model")
+    shutil.rmtree(checkpoints_dir(resumed) / "step-000006")
+    (checkpoints_dir(resumed) / LATEST).write_text("step-000004\n")
+    assert main(["--run-dir", str(resumed), *args]) == 0
+    assert_same_run(resumed, ref)
+
+
+def test_train_step_returns_the_previous_steps_record(overrides, tmp_path: Path) -> None:
+    trainer = build_trainer(load_config(None, _args(overrides, True)), tmp_path)
+    assert trainer.train_step() == {}  # step 1 is queued, nothing recorded yet
+    second = trainer.train_step()
+    assert second["step"] == 1 and trainer.step == 2
+    assert trainer.flush()["step"] == 2
+    assert trainer.flush() is None
+    trainer.metrics.close()
+
+
+@pytest.mark.parametrize(
+    ("extra", "what"),
+    [
+        ({"orchestrator__mode": "advise"}, "orchestrator.mode = 'advise'"),
+        ({"parallel__backend": "ddp"}, "parallel.backend = 'ddp'"),
+        ({"train__precision": "fp16"}, "train.precision = 'fp16'"),
+        ({"faults__nan_grad_at_step": 3}, "faults.nan_grad_at_step set"),
+    ],
+)
+def test_what_acts_on_a_steps_numbers_first_is_refused(overrides, extra: dict, what: str) -> None:
+    args = overrides(**{"orchestrator__mode": "off", "train__overlap_host": True, **extra})
+    with pytest.raises(ConfigError, match=f"train.overlap_host = true cannot run with {what}"):
+        load_config(None, args)
