@@ -109,8 +109,8 @@ class TrainSection:
     # The host reads each step's numbers (loss, statistics, grad norm) one step late, while the
     # device runs the next step, instead of waiting for the device at every step: on the H200 the
     # waits and the bookkeeping after them left the GPU idle ~40% of a small model's step
-    # (BENCHMARKS.md, session 12). train_step() then returns the previous step's record. Needs
-    # what decides on a step's numbers before the next step off: see TrainConfig.
+    # (BENCHMARKS.md, session 12). train_step() then returns the previous step's record. Whatever
+    # acts on a step's numbers before the next step must be off (TrainConfig._check_overlap_host).
     overlap_host: bool = False
     sdpa_backend: str = (
         "auto"  # attention kernel: auto | default | cudnn | flash | efficient | math
