@@ -122,7 +122,7 @@ class Orchestrator:
         if not self.active or kind is None:
             return False
         record = {"step": trainer.step + 1, "loss": None, "grad_norm": None}
-        return self._decide(kind, trainer, [*self.window, record])
+        return self._decide(kind, trainer, self._evidence([*self.window, record]))
 
     def before_update(self, trainer: Trainer, out: StepOutput) -> bool:
         """Called between backward and the optimizer step; True = skip this update."""
@@ -137,7 +137,7 @@ class Orchestrator:
         if len(recent) < self.config.min_records:
             return False
         record = {"step": trainer.step + 1, "loss": out.loss, "grad_norm": None}
-        return self._decide(kind, trainer, [*recent, record])
+        return self._decide(kind, trainer, self._evidence([*recent, record]))
 
     @torch.no_grad()
     def annotate(self, trainer: Trainer, record: dict[str, Any]) -> None:
@@ -179,7 +179,7 @@ class Orchestrator:
             return
         self.window = [*self.window, record][-max(self.config.window, 4 * self.config.every) :]
         rollback = self.kinds.get("rollback")
-        if rollback is not None and self._decide(rollback, trainer, [record]):
+        if rollback is not None and self._decide(rollback, trainer, self._evidence([record])):
             return
         if trainer.step % self.config.every:
             return
@@ -187,12 +187,18 @@ class Orchestrator:
         finite = [v for v in losses if v is not None and math.isfinite(v)]
         if finite:
             self.eval_means.append(statistics.fmean(finite))
+        # kinds that judge the same records share one Evidence, so its signals (the window's
+        # per-layer means, medians, slopes) are computed once, not once per kind
+        shared: dict[tuple[int, int, int], Evidence] = {}
         for kind in self.kinds.values():
             if kind.guard:
                 continue
             records = self._since(kind.name)[-self.config.window :]
             if len(records) >= self.config.min_records:
-                self._decide(kind, trainer, records)
+                key = (records[0]["step"], records[-1]["step"], len(records))
+                if key not in shared:
+                    shared[key] = self._evidence(records)
+                self._decide(kind, trainer, shared[key])
 
     def observe_val(self, step: int, val_loss: float) -> None:
         if self.active:
@@ -204,13 +210,15 @@ class Orchestrator:
         last = self.last_fired.get(name, 0)
         return [r for r in self.window if r["step"] > last]
 
-    def _decide(self, kind: Intervention, trainer: Trainer, records: list[dict[str, Any]]) -> bool:
+    def _evidence(self, records: list[dict[str, Any]]) -> Evidence:
+        return Evidence(records, self.val, self.flops_per_token)
+
+    def _decide(self, kind: Intervention, trainer: Trainer, evidence: Evidence) -> bool:
         """Check one kind; log a decision when it fires; True when the action was applied."""
-        step = records[-1]["step"]
+        step = evidence.records[-1]["step"]
         last = self.last_fired.get(kind.name)
         if last is not None and step - last < kind.settings.cooldown:
             return False
-        evidence = Evidence(records, self.val, self.flops_per_token)
         trigger = kind.check(evidence, trainer, self)
         if trigger is None or trigger.confidence < kind.settings.min_confidence:
             return False

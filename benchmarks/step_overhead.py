@@ -1,0 +1,133 @@
+"""The trainer's own cost per step: Trainer.train_step against a bare PyTorch loop on the same model.
+
+A step of a small model on a GPU is short, and what the host does around it (reading the loss,
+metrics.jsonl, TensorBoard, the orchestrator's signals, the loader) decides whether the device
+waits. This measures that host time where it can be isolated: on the CPU, with a model small
+enough that its forward and backward are a fraction of the step. The baseline is the loop a user
+would write by hand on the same model, batch and optimizer: set the lr, forward, weighted aux
+losses, backward, clip, step, zero_grad, read the loss.
+
+    uv run python benchmarks/step_overhead.py [--runs advise,off,overlap] [--steps 200]
+
+Runs: `advise` is the default trainer (orchestrator.mode = advise: it reads every step and logs
+what it would do); `off` turns the orchestrator off; `overlap` adds train.overlap_host. Each run
+alternates blocks of trainer and bare steps on one model (after a warm-up) and reports the median
+over blocks of the mean step (the orchestrator's window work runs every 10 steps: a median step
+would hide it); "ratio" = trainer / bare. One JSON line per run.
+"""
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))  # shakespeare.py's byte-level data and runs
+import shakespeare  # noqa: E402
+from ats_train.config import build_config  # noqa: E402
+from ats_train.trainer import Trainer, build_trainer  # noqa: E402
+
+MODEL = {  # shakespeare.py's shape, scaled down so the host's work is a visible share
+    "model.dim": 64,
+    "model.n_layer": 2,
+    "model.n_head": 2,
+    "model.n_kv_head": 2,
+    "model.head_dim": 32,
+    "model.max_seq_len": 64,
+    "model.tie_embeddings": True,
+}
+RUNS = {
+    "advise": {},
+    "off": {"orchestrator.mode": "off"},
+    "overlap": {"orchestrator.mode": "off", "train.overlap_host": True},
+}
+
+
+def bare_step(trainer: Trainer, x: torch.Tensor, y: torch.Tensor, lr: float) -> float:
+    """What a hand-written loop does per step, on the trainer's own model and optimizer."""
+    for group in trainer.optimizer.param_groups:
+        group["lr"] = lr
+    out = trainer.raw_model(x, targets=y)
+    weights = trainer.aux_weights()
+    loss = out.loss + sum(weights[name] * value for name, value in out.aux.items())
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(trainer.raw_model.parameters(), 1.0)
+    trainer.optimizer.step()
+    trainer.optimizer.zero_grad(set_to_none=True)
+    return float(out.loss)
+
+
+def measure(trainer: Trainer, steps: int, rounds: int) -> tuple[float, float]:
+    """Seconds per step of (trainer, bare): each a block of steps // rounds, alternating; the
+    median over blocks of each block's mean (a mean, so work done every N steps counts)."""
+    x, y = next(trainer.train_loader)
+    lr = trainer.schedule(trainer.step)
+    block = max(1, steps // rounds)
+    ours, bare = [], []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        for _ in range(block):
+            trainer.train_step()
+        ours.append((time.perf_counter() - t) / block)
+        t = time.perf_counter()
+        for _ in range(block):
+            bare_step(trainer, x, y, lr)
+        bare.append((time.perf_counter() - t) / block)
+    trainer.flush()
+    return statistics.median(ours), statistics.median(bare)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", default="advise,off,overlap", help=f"comma list of {list(RUNS)}")
+    parser.add_argument("--model", default="moe_fine8", choices=sorted(shakespeare.RUNS))
+    parser.add_argument("--steps", type=int, default=600, help="measured steps of each kind")
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=30)
+    args = parser.parse_args()
+    torch.set_num_threads(1)  # one core for the model, the other left to the OS and writer threads
+    with tempfile.TemporaryDirectory() as tmp:
+        data = shakespeare.prepare(shakespeare.stdlib_text(Path(tmp)), Path(tmp) / "data")
+        for name in args.runs.split(","):
+            flat = {
+                "data.source": str(data),
+                "train.steps": 100_000,  # the schedule's length, not how many run
+                "train.batch_size": 4,
+                "train.seq_len": 64,
+                "train.precision": "fp32",
+                "train.device": "cpu",
+                "train.log_every": 25,
+                "checkpoint.every": 0,
+                "kernels": "reference",
+                **shakespeare.RUNS[args.model],
+                **MODEL,
+                "model.ffn_dim": 32 if args.model != "dense" else 128,
+                **RUNS[name],
+            }
+            run_dir = Path(tmp) / f"run-{name}"
+            run_dir.mkdir()
+            trainer = build_trainer(build_config(flat), run_dir)
+            for _ in range(args.warmup):
+                trainer.train_step()
+            ours, bare = measure(trainer, args.steps, args.rounds)
+            trainer.metrics.close()
+            result = {
+                "name": f"step_overhead_{args.model}_{name}",
+                "ours": round(1e3 * ours, 3),
+                "baseline": round(1e3 * bare, 3),
+                "ratio": round(ours / bare, 3),
+                "unit": "ms per step: Trainer.train_step vs a bare loop",
+                "overhead_ms": round(1e3 * (ours - bare), 3),
+                "hardware": f"{platform.processor() or 'cpu'}; torch {torch.__version__}",
+                "host": platform.node(),
+            }
+            print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
