@@ -7,6 +7,7 @@ import pytest
 import torch
 from ats_train.checkpoint import LATEST, checkpoints_dir
 from ats_train.config import load_config
+from ats_train.orchestrator import base
 from ats_train.orchestrator.decisions import read_decisions
 from safetensors.torch import load_file
 
@@ -123,3 +124,21 @@ def test_repeated_advice_is_shown_once_and_logged_always(tmp_path) -> None:
     assert [d["step"] for d in read_decisions(tmp_path)] == [10, 20, 30, 40, 50]
     assert len(shown) == 3 and "step 10: early_stop" in shown[0]
     assert "step 40: lr_cut" in shown[1] and "step 50: lr_cut" in shown[2]
+
+
+def test_kinds_judging_the_same_records_compute_the_signals_once(run, monkeypatch) -> None:
+    """A clean run fires nothing, so at every evaluation all every-N kinds see the same records:
+    one signals computation per evaluation (every 5 steps, once min_records have accumulated),
+    not once per enabled kind."""
+    calls: list[int] = []
+    real = base.compute_signals
+
+    def counting(records, val, flops_per_token):  # noqa: ANN001, ANN202
+        calls.append(records[-1]["step"])
+        return real(records, val, flops_per_token)
+
+    monkeypatch.setattr(base, "compute_signals", counting)
+    done = run()
+    assert done.decisions == []
+    assert len(calls) >= 4 and calls == sorted(set(calls))  # each evaluation once
+    assert all(step % 5 == 0 for step in calls)
