@@ -6,9 +6,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 from ats_train.checkpoint import LATEST, checkpoints_dir
 from ats_train.cli import main
-from ats_train.config import load_config
+from ats_train.config import build_config, load_config
 from ats_train.errors import ConfigError
 from ats_train.trainer import build_trainer
 
@@ -61,3 +62,44 @@ def test_what_acts_on_a_steps_numbers_first_is_refused(overrides, extra: dict, w
     args = overrides(**{"orchestrator__mode": "off", "train__overlap_host": True, **extra})
     with pytest.raises(ConfigError, match=f"train.overlap_host = true cannot run with {what}"):
         load_config(None, args)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("graphs", [False, True])
+def test_an_overlapped_cuda_run_is_the_synchronous_run(prepared, tmp_path: Path, graphs: bool):
+    """On CUDA the copy is asynchronous (pinned memory, an event) and the fused AdamW decides on
+    the device: the same records and weights, bit for bit, as the trainer that waits."""
+    shards, tokenizer = prepared
+    results = {}
+    for overlap in (False, True):
+        flat = {
+            "data.source": str(shards),
+            "data.tokenizer": str(tokenizer),
+            "model.preset": "tiny-moe",
+            "model.dropout": 0.1,
+            "model.ffn_dropout": 0.1,
+            "train.steps": 6,
+            "train.batch_size": 4,
+            "train.seq_len": 32,
+            "train.eval_every": 0,
+            "train.device": "cuda",
+            "train.precision": "bf16",
+            "train.cuda_graphs": graphs,
+            "train.sdpa_backend": "flash",  # named: "auto" may choose differently in each run
+            "train.overlap_host": overlap,
+            "orchestrator.mode": "off",
+            "checkpoint.every": 0,
+        }
+        run_dir = tmp_path / f"overlap-{overlap}"
+        run_dir.mkdir()
+        trainer = build_trainer(build_config(flat), run_dir)
+        records = [trainer.train_step() for _ in range(6)] + [trainer.flush()]
+        records = [r for r in records if r]  # overlapped: {} first, the last from flush()
+        keep = ("step", "loss", "grad_norm", "stepped", "moe/expert_fraction")
+        weights = {n: p.detach().cpu() for n, p in trainer.raw_model.named_parameters()}
+        results[overlap] = ([{k: r[k] for k in keep} for r in records], weights)
+        trainer.metrics.close()
+    assert [r["step"] for r in results[True][0]] == [1, 2, 3, 4, 5, 6]
+    assert results[True][0] == results[False][0]
+    for name, w in results[False][1].items():
+        assert torch.equal(results[True][1][name], w), name
