@@ -143,8 +143,9 @@ def prepare(text_path: Path, out: Path) -> Path:
     return out
 
 
-def run(name: str, data_dir: Path, args: argparse.Namespace, run_dir: Path) -> dict:
-    flat = {
+def run_config(name: str, data_dir: Path, args: argparse.Namespace) -> dict:
+    """The dotted config of run `name` (RUNS) on data_dir, with args' settings and --set."""
+    return {
         "data.source": str(data_dir),
         "train.steps": args.steps,
         "train.batch_size": args.batch_size,
@@ -170,6 +171,10 @@ def run(name: str, data_dir: Path, args: argparse.Namespace, run_dir: Path) -> d
         **RUNS[name],
         **dict(parse_override(text) for text in args.set),
     }
+
+
+def run(name: str, data_dir: Path, args: argparse.Namespace, run_dir: Path) -> dict:
+    flat = run_config(name, data_dir, args)
     run_dir.mkdir(parents=True)
     start = time.perf_counter()
     trainer = build_trainer(build_config(flat), run_dir)

@@ -68,19 +68,17 @@ class TokenLoader:
         self.world_size = world_size
         self.mode = mode
         self._shards = dataset.shards(split)
-        lengths = np.array([len(m) for m in self._shards], dtype=np.int64)
-        T = seq_len
-        # a window needs T + 1 tokens: T inputs and the target after the last one
-        packed_counts = np.maximum(lengths - 1, 0) // T
+        packed_counts = _packed_counts(self._shards, seq_len)
         self.num_windows = int(packed_counts.sum())
-        counts = packed_counts if mode == "packed" else np.maximum(lengths - T, 0)
+        lengths = np.array([len(m) for m in self._shards], dtype=np.int64)
+        counts = packed_counts if mode == "packed" else np.maximum(lengths - seq_len, 0)
         self._cum = np.concatenate([[0], np.cumsum(counts)])  # global id -> shard boundaries
         self.global_batch = world_size * batch_size
         self.steps_per_epoch = self.num_windows // self.global_batch
         if self.steps_per_epoch == 0:
             raise DataError(
                 f"split {split!r} of {dataset.path} has {self.num_windows} windows of "
-                f"{T + 1} tokens, fewer than one global batch of {self.global_batch} "
+                f"{seq_len + 1} tokens, fewer than one global batch of {self.global_batch} "
                 f"(world_size {world_size} x batch_size {batch_size})"
             )
         self.epoch = 0
@@ -96,10 +94,6 @@ class TokenLoader:
             return rng.permutation(self.num_windows)[:n]
         return rng.integers(0, int(self._cum[-1]), size=n)
 
-    def _windows(self, ids: np.ndarray) -> np.ndarray:
-        """Global window ids (B,) -> their tokens (B, T + 1), int64."""
-        return _gather(self._shards, self._cum, ids, self.seq_len, self.mode == "packed")
-
     def __iter__(self) -> "TokenLoader":
         return self
 
@@ -108,13 +102,11 @@ class TokenLoader:
             self._order = self._epoch_order(self.epoch)
         base = self.step * self.global_batch + self.rank * self.batch_size
         ids = self._order[base : base + self.batch_size]
-        buf = self._windows(ids)  # (B, T+1)
+        buf = _gather(self._shards, self._cum, ids, self.seq_len, self.mode == "packed")
         self.step += 1
         if self.step == self.steps_per_epoch:
             self.epoch, self.step, self._order = self.epoch + 1, 0, None
-        x = torch.from_numpy(np.ascontiguousarray(buf[:, :-1]))  # (B, T)
-        y = torch.from_numpy(np.ascontiguousarray(buf[:, 1:]))  # (B, T)
-        return x, y
+        return _inputs_and_targets(buf)
 
     def state_dict(self) -> dict:
         """Position and identity; the same on every rank."""
@@ -158,6 +150,20 @@ class TokenLoader:
         self.epoch, self.step, self._order = epoch, step, None
 
 
+def _packed_counts(shards: list[np.ndarray], seq_len: int) -> np.ndarray:
+    """Packed windows per shard: a window needs T + 1 tokens (T inputs and the target after the
+    last one), and consecutive windows share that one token."""
+    lengths = np.array([len(m) for m in shards], dtype=np.int64)
+    return np.maximum(lengths - 1, 0) // seq_len
+
+
+def _inputs_and_targets(buf: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    """Windows (B, T + 1) -> x = their first T tokens, y = their last T, each (B, T)."""
+    x = torch.from_numpy(np.ascontiguousarray(buf[:, :-1]))
+    y = torch.from_numpy(np.ascontiguousarray(buf[:, 1:]))
+    return x, y
+
+
 def _gather(
     shards: list[np.ndarray], cum: np.ndarray, ids: np.ndarray, seq_len: int, packed: bool
 ) -> np.ndarray:
@@ -191,8 +197,7 @@ def split_windows(
     if batch_size < 1 or seq_len < 1:
         raise DataError(f"batch_size and seq_len must be >= 1, got {batch_size}, {seq_len}")
     shards = dataset.shards(split)
-    counts = np.array([max(len(m) - 1, 0) // seq_len for m in shards], dtype=np.int64)
-    cum = np.concatenate([[0], np.cumsum(counts)])
+    cum = np.concatenate([[0], np.cumsum(_packed_counts(shards, seq_len))])
     total = int(cum[-1])
     if total == 0:
         raise DataError(f"split {split!r} of {dataset.path} has no window of {seq_len + 1} tokens")
@@ -204,5 +209,6 @@ def split_windows(
         )
     ids = np.arange(rank * share, (rank + 1) * share)
     for start in range(0, len(ids), batch_size):
-        buf = torch.from_numpy(_gather(shards, cum, ids[start : start + batch_size], seq_len, True))
-        yield buf[:, :-1].contiguous(), buf[:, 1:].contiguous()
+        yield _inputs_and_targets(
+            _gather(shards, cum, ids[start : start + batch_size], seq_len, True)
+        )

@@ -47,21 +47,18 @@ class SingleBackend:
 
     def step(self, optimizer: torch.optim.Optimizer, grad_clip: float) -> tuple[float, bool]:
         scaler = self.precision.scaler
-        if scaler is not None:
-            scaler.unscale_(optimizer)
+        if scaler is None:
+            grad_norm = float(self.queue_step(optimizer, grad_clip))  # the wait, update queued
+            return grad_norm, math.isfinite(grad_norm)
+        scaler.unscale_(optimizer)
         max_norm = grad_clip if grad_clip > 0 else math.inf
-        norm = torch.nn.utils.clip_grad_norm_(self._params, max_norm)
-        if scaler is not None:
-            # GradScaler skips the step itself when it found inf/NaN and lowers the scale.
-            grad_norm = float(norm)
-            scale_before = scaler.get_scale()
-            scaler.step(optimizer)
-            scaler.update()
-            stepped = scaler.get_scale() >= scale_before
-        else:
-            grad_norm, stepped = step_if_finite(optimizer, norm)
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self._params, max_norm))
+        # GradScaler skips the step itself when it found inf/NaN and lowers the scale.
+        scale_before = scaler.get_scale()
+        scaler.step(optimizer)
+        scaler.update()
         optimizer.zero_grad(set_to_none=True)
-        return grad_norm, stepped
+        return grad_norm, scaler.get_scale() >= scale_before
 
     def queue_step(self, optimizer: torch.optim.Optimizer, grad_clip: float) -> torch.Tensor:
         """`step` without reading the result: returns the gradients' global norm as a tensor; a
