@@ -95,6 +95,7 @@ def main() -> None:
         data = shakespeare.prepare(shakespeare.stdlib_text(Path(tmp)), Path(tmp) / "data")
         for name in args.runs.split(","):
             flat = {
+                **shakespeare.RUNS[args.model],
                 "data.source": str(data),
                 "train.steps": 100_000,  # the schedule's length, not how many run
                 "train.batch_size": 4,
@@ -104,7 +105,6 @@ def main() -> None:
                 "train.log_every": 25,
                 "checkpoint.every": 0,
                 "kernels": "reference",
-                **shakespeare.RUNS[args.model],
                 **MODEL,
                 "model.ffn_dim": 32 if args.model != "dense" else 128,
                 **RUNS[name],

@@ -2,15 +2,18 @@
 
 shakespeare.py measures time to quality, where compilation, evaluation and the schedule all
 count; this isolates the step. Per run: build time, first step (graph capture, kernel
-compilation), the mean of --steps steps after --warmup, one evaluation (10 x 64 windows in one
-forward), and with --profile a cProfile of the timed steps (where the host's time goes).
+compilation), the mean of --steps steps after --warmup, one evaluation (shakespeare.py's: the whole
+val split in one forward; --eval-batches 10 for the 10 x 64 random windows of sessions <= 12), and
+with --profile a cProfile of the timed steps (where the host's time goes).
 
     PYTHONPATH=$(ls -d packages/*/src | paste -sd:) python3 benchmarks/step_time.py \\
-        --data ../shared/data/tinyshakespeare.txt --runs dense,moe_fine8,moe_fine8:model.ffn_dropout=0.4
+        --data ../shared/data/tinyshakespeare.txt \\
+        --runs dense:train.overlap_host=false:orchestrator.mode=advise,dense,moe_fine_dropout
 
-A run is NAME (shakespeare.RUNS) or NAME:KEY=VALUE[:KEY=VALUE...], e.g.
-dense:train.overlap_host=true:orchestrator.mode=off. The first run is the baseline of the others'
-"ratio" (their step over its step). One JSON line per run.
+A run is NAME (shakespeare.RUNS) or NAME:KEY=VALUE[:KEY=VALUE...]; shakespeare.py's configuration
+overlaps the host with the device (train.overlap_host, orchestrator off), and
+`:train.overlap_host=false:orchestrator.mode=advise` is the trainer's synchronous default. The
+first run is the baseline of the others' "ratio" (their step over its step). One JSON line per run.
 """
 
 import argparse
@@ -39,14 +42,14 @@ def sync(device: str) -> None:
 def measure(spec: str, data: Path, args: argparse.Namespace, run_dir: Path) -> dict:
     name, *sets = spec.split(":")
     run_args = argparse.Namespace(
-        steps=1500,  # the schedule shakespeare.py runs; only warmup + steps of it are taken
+        steps=None,  # the run's schedule in shakespeare.py; only warmup + steps of it are taken
         batch_size=64,
         compile=False,
         cuda_graphs=args.device == "cuda",
         seed=args.seed,
         kernels="auto",
         device=args.device,
-        eval_batches=10,
+        eval_batches=args.eval_batches,
         lr=1e-3,
         set=sets,
     )
@@ -94,10 +97,13 @@ def measure(spec: str, data: Path, args: argparse.Namespace, run_dir: Path) -> d
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=Path("../shared/data/tinyshakespeare.txt"))
-    parser.add_argument("--runs", default="dense,moe_fine8", help="comma list of runs (docstring)")
+    parser.add_argument(
+        "--runs", default="dense,moe_fine_dropout", help="comma list of runs (docstring)"
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--warmup", type=int, default=149)
     parser.add_argument("--steps", type=int, default=200, help="timed steps")
+    parser.add_argument("--eval-batches", type=int, default=0, help="as shakespeare.py's")
     parser.add_argument("--profile", action="store_true", help="cProfile of the timed steps")
     parser.add_argument("--device", default="cuda", help="cpu only for a smoke run of the script")
     args = parser.parse_args()
