@@ -199,7 +199,11 @@ def test_split_windows_yield_every_packed_window_once_over_the_ranks(dataset, wo
     assert starts == every[: len(every) // world_size * world_size]
 
 
-def test_split_windows_of_a_split_too_short_name_it(dataset):
+def test_split_windows_bad_arguments_and_a_split_too_short_name_them(dataset):
+    with pytest.raises(DataError, match="need 0 <= rank < world_size, got rank 2, world_size 2"):
+        next(split_windows(dataset, "train", 50, 4, rank=2, world_size=2))
+    with pytest.raises(DataError, match="batch_size and seq_len must be >= 1, got 0, 50"):
+        next(split_windows(dataset, "train", 50, 0))
     with pytest.raises(DataError, match="split 'train' .* has no window of 1001 tokens"):
         next(split_windows(dataset, "train", 1000, 4))
     with pytest.raises(DataError, match="has 2 windows of 501 tokens, fewer than the 3 ranks"):

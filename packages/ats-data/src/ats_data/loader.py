@@ -53,12 +53,7 @@ class TokenLoader:
     ) -> None:
         if mode not in MODES:
             raise DataError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-        if batch_size < 1 or seq_len < 1:
-            raise DataError(f"batch_size and seq_len must be >= 1, got {batch_size}, {seq_len}")
-        if world_size < 1 or not 0 <= rank < world_size:
-            raise DataError(
-                f"need 0 <= rank < world_size, got rank {rank}, world_size {world_size}"
-            )
+        _check_geometry(batch_size, seq_len, rank, world_size)
         self.dataset = dataset
         self.split = split
         self.batch_size = batch_size
@@ -180,6 +175,13 @@ def _gather(
     return buf
 
 
+def _check_geometry(batch_size: int, seq_len: int, rank: int, world_size: int) -> None:
+    if batch_size < 1 or seq_len < 1:
+        raise DataError(f"batch_size and seq_len must be >= 1, got {batch_size}, {seq_len}")
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise DataError(f"need 0 <= rank < world_size, got rank {rank}, world_size {world_size}")
+
+
 def split_windows(
     dataset: ShardDataset,
     split: str,
@@ -194,8 +196,7 @@ def split_windows(
     world_size contiguous, equal shares and yields it as (x, y) batches of at most batch_size
     windows. Equal shares give every rank the same number of forwards (a sharded model's forward
     is a collective), so the last total % world_size windows are left out."""
-    if batch_size < 1 or seq_len < 1:
-        raise DataError(f"batch_size and seq_len must be >= 1, got {batch_size}, {seq_len}")
+    _check_geometry(batch_size, seq_len, rank, world_size)
     shards = dataset.shards(split)
     cum = np.concatenate([[0], np.cumsum(_packed_counts(shards, seq_len))])
     total = int(cum[-1])
