@@ -21,9 +21,8 @@ class SwiGLUFFN(nn.Module):
         self.w1 = nn.Linear(dim, hidden, bias=False)
         self.w3 = nn.Linear(dim, hidden, bias=False)
         self.w2 = nn.Linear(hidden, dim, bias=False)
-        self.dropout = (
-            dropout  # on the hidden activations, in training only (ModelConfig.ffn_dropout)
-        )
+        # on the hidden activations, in training only (ModelConfig.ffn_dropout)
+        self.dropout = dropout
         self.fused = False  # one w13 GEMM when gradients are on (module docstring)
 
     def init_weights(self, std: float, resid_std: float) -> None:

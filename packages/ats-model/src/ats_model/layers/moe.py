@@ -67,9 +67,8 @@ class Experts(nn.Module):
         self.w1 = nn.Parameter(torch.empty(n_experts, hidden, dim))
         self.w3 = nn.Parameter(torch.empty(n_experts, hidden, dim))
         self.w2 = nn.Parameter(torch.empty(n_experts, dim, hidden))
-        self.dropout = (
-            dropout  # on the hidden activations, in training only (ModelConfig.ffn_dropout)
-        )
+        # on the hidden activations, in training only (ModelConfig.ffn_dropout)
+        self.dropout = dropout
 
     def forward(self, x_sorted: torch.Tensor, per_expert: torch.Tensor) -> torch.Tensor:
         """x_sorted (M, C) rows grouped by expert, per_expert (E,) rows per group -> (M, C)."""
