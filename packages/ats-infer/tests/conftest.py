@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from ats_infer.tensor_files import read_config
+from ats_infer.model_dir import read_config
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 VOCAB = 512

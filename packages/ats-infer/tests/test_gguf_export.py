@@ -11,8 +11,9 @@ import gguf
 import numpy as np
 import pytest
 from ats_infer.gguf_export import export_gguf, permute_rope_rows, unpermute_rope_rows
+from ats_infer.model_dir import read_config
 from ats_infer.quantize import quantize_model_dir
-from ats_infer.tensor_files import load_tensors, read_config
+from ats_infer.tensor_files import load_tensors
 from ats_tokenizer import Tokenizer
 
 LAYER = {

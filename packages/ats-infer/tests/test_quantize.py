@@ -100,10 +100,13 @@ def test_quantized_sources_and_in_place_writes_are_refused(dense_dir, tmp_path) 
     q8 = quantize_model_dir(dense_dir, tmp_path / "q8", 8)
     with pytest.raises(ValueError, match="already quantized"):
         quantize_model_dir(q8, tmp_path / "again", 8)
-    with pytest.raises(ValueError, match="is the source directory"):
+    with pytest.raises(ValueError, match="is the input"):
         quantize_model_dir(dense_dir, dense_dir, 8)
-    with pytest.raises(FileNotFoundError, match="no config.json"):
+    with pytest.raises(FileNotFoundError, match=r"not a model directory \(no such directory\)"):
         quantize_model_dir(tmp_path / "missing", tmp_path / "x", 8)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match=r"not a model directory \(no config.json\)"):
+        quantize_model_dir(tmp_path / "empty", tmp_path / "x", 8)
 
 
 @pytest.mark.parametrize(("bits", "group_size"), [(8, None), (4, 32)])

@@ -1,10 +1,11 @@
 """ats-infer command line:
 
     ats-infer generate MODEL_DIR --prompt TEXT [--engine auto|native|torch] [--threads N] ...
-    ats-infer quantize MODEL_DIR --bits 8|4 [--group-size 32|64|128] --out DIR
-    ats-infer export-gguf MODEL_DIR --out FILE [--outtype f32|f16|q8_0|q4_0]
+    ats-infer quantize MODEL_DIR --bits 8|4 [--group-size 32|64|128] --out DIR [--force]
+    ats-infer export-gguf MODEL_DIR --out FILE [--outtype f32|f16|q8_0|q4_0] [--force]
 
-Bad input ends with one line on stderr and exit status 1 (argparse usage errors: 2).
+Bad input ends with one line on stderr and exit status 1 (argparse usage errors: 2). An existing
+non-empty --out is replaced only with --force, and never when it is (or holds) an input.
 """
 
 import argparse
@@ -13,7 +14,8 @@ import sys
 
 from ats_infer.engine import ENGINES, load_engine
 from ats_infer.gguf_export import OUTTYPES, export_gguf
-from ats_infer.quantize import GROUP_SIZES, quantize_model_dir
+from ats_infer.quant_spec import GROUP_SIZES
+from ats_infer.quantize import quantize_model_dir
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,11 +43,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--group-size", type=int, default=None, help=f"int4 group size, one of {GROUP_SIZES}"
     )
     quant.add_argument("--out", required=True, help="new directory for the quantized model")
+    quant.add_argument("--force", action="store_true", help="replace an existing --out directory")
 
     export = commands.add_parser("export-gguf", help="write a GGUF file llama.cpp can run")
     export.add_argument("model_dir", help="float model directory (dense or Mixtral-style MoE)")
     export.add_argument("--out", required=True, help="GGUF file to write")
     export.add_argument("--outtype", choices=tuple(OUTTYPES), default="f32")
+    export.add_argument("--force", action="store_true", help="replace an existing --out file")
     return parser
 
 
@@ -69,12 +73,12 @@ def _quantize(args: argparse.Namespace) -> None:
     group_size = args.group_size
     if args.bits == 4 and group_size is None:
         raise ValueError("--bits 4 needs --group-size (32, 64 or 128)")
-    out = quantize_model_dir(args.model_dir, args.out, args.bits, group_size)
+    out = quantize_model_dir(args.model_dir, args.out, args.bits, group_size, force=args.force)
     print(f"wrote int{args.bits} model directory {out}")
 
 
 def _export_gguf(args: argparse.Namespace) -> None:
-    out = export_gguf(args.model_dir, args.out, args.outtype)
+    out = export_gguf(args.model_dir, args.out, args.outtype, force=args.force)
     print(f"wrote {args.outtype} GGUF {out}")
 
 

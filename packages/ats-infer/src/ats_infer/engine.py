@@ -13,8 +13,9 @@ import logging
 from pathlib import Path
 from typing import Protocol
 
-from ats_infer.quantize import QUANT_FILE
-from ats_infer.tensor_files import CONFIG_FILE
+from ats_infer.model_dir import open_model_dir
+from ats_infer.quant_spec import QUANT_FILE
+from ats_infer.tensor_files import require_model_dir
 
 log = logging.getLogger("ats_infer")
 
@@ -69,8 +70,7 @@ def load_engine(
 ) -> Engine:
     """An engine over `model_dir`; `threads` = compute threads (0 = all cores / torch default)."""
     model_dir = Path(model_dir)
-    if not (model_dir / CONFIG_FILE).is_file():
-        raise FileNotFoundError(f"{model_dir}: not a model directory (no {CONFIG_FILE})")
+    require_model_dir(model_dir)
     chosen = resolve_engine(engine)
     if chosen == "native":
         if device != "cpu":
@@ -78,7 +78,9 @@ def load_engine(
         from ats_infer.native_engine import NativeEngine
 
         return NativeEngine(model_dir, threads=threads)
-    if (model_dir / QUANT_FILE).is_file():
+    # The native loader checks the directory itself; the torch engine's is checked here, as
+    # quantize and export-gguf check theirs, before ats-model builds anything from config.json.
+    if open_model_dir(model_dir).quantization is not None:
         raise ValueError(
             f"{model_dir}: is an int8/int4 directory ({QUANT_FILE}); the torch engine runs float "
             "directories only: use --engine native"

@@ -26,8 +26,9 @@ import numpy as np
 from ats_tokenizer import GPT2_PATTERN, GPT4_PATTERN, Tokenizer
 from ats_tokenizer.bytelevel import bytes_to_unicode_str
 
-from ats_infer.quantize import read_quantization
-from ats_infer.tensor_files import TOKENIZER_FILE, load_tensors, read_config, require
+from ats_infer.model_dir import open_model_dir
+from ats_infer.output_paths import new_file
+from ats_infer.tensor_files import TOKENIZER_FILE, path_kind, require_file
 
 OUTTYPES = {
     "f32": (gguf.GGMLQuantizationType.F32, gguf.LlamaFileType.ALL_F32),
@@ -68,13 +69,14 @@ def _refuse(field: str, value: Any, why: str) -> None:
 
 
 def check_exportable(config: dict[str, Any], tensors: dict[str, np.ndarray]) -> None:
-    """Raise on the first config field or tensor llama.cpp's llama arch cannot express."""
-    family = require(config, "family")
+    """Raise on the first config field or tensor llama.cpp's llama arch cannot express (the
+    config is checked: model_dir.py)."""
+    family = config["family"]
     if family not in ("dense", "moe"):
         _refuse("family", family, "llama.cpp has no Mixture-of-Depths (only dense and moe export)")
     if family == "dense":
         return
-    moe = require(config, "moe")
+    moe = config["moe"]
     rules = (
         ("capacity_factor", None, "llama.cpp never drops tokens"),
         ("router_temperature", 1.0, "llama.cpp's router softmax has no temperature"),
@@ -83,7 +85,7 @@ def check_exportable(config: dict[str, Any], tensors: dict[str, np.ndarray]) -> 
         ("n_shared_experts", 0, "the llama arch has no shared experts"),
     )
     for key, allowed, why in rules:
-        value = require(moe, key, "config.json moe")
+        value = moe[key]
         if value != allowed:
             _refuse(f"moe.{key}", value, why)
     for name, t in tensors.items():
@@ -206,45 +208,47 @@ def _encode(name: str, w: np.ndarray, qtype: gguf.GGMLQuantizationType) -> np.nd
     return gguf.quants.quantize(np.ascontiguousarray(w, dtype=np.float32), qtype)
 
 
-def export_gguf(model_dir: str | Path, out_path: str | Path, outtype: str = "f32") -> Path:
-    """Write the GGUF file of float model directory `model_dir` at `out_path`; returns the path."""
+def export_gguf(
+    model_dir: str | Path, out_path: str | Path, outtype: str = "f32", *, force: bool = False
+) -> Path:
+    """Write the GGUF file of float model directory `model_dir` at `out_path` (an existing
+    non-empty file only with `force`, never over an input); returns the path."""
     if outtype not in OUTTYPES:
         raise ValueError(f"outtype {outtype!r} is not one of {', '.join(OUTTYPES)}")
-    model_dir, out_path = Path(model_dir), Path(out_path)
-    config = read_config(model_dir)
-    for key in ("family", "vocab_size", "dim", "n_layer", "n_head", "n_kv_head", "head_dim"):
-        require(config, key)
-    for key in ("ffn_dim", "max_seq_len", "rope_theta", "rope_scaling", "norm_eps", "moe"):
-        require(config, key)
-    if read_quantization(model_dir) is not None:
+    model = open_model_dir(model_dir)
+    config = model.config
+    if model.quantization is not None:
         raise ValueError(f"{model_dir}: is an ats int8/int4 directory; export the float one")
-    tokenizer_path = model_dir / TOKENIZER_FILE
-    if not tokenizer_path.is_file():
+    tokenizer_path = model.path / TOKENIZER_FILE
+    if path_kind(tokenizer_path) == "missing":
         raise FileNotFoundError(f"{model_dir}: no {TOKENIZER_FILE} (GGUF carries the vocabulary)")
-    tensors = load_tensors(model_dir)
+    require_file(tokenizer_path)
+    tensors = model.tensors()
     check_exportable(config, tensors)
     qtype, file_type = OUTTYPES[outtype]
 
-    writer = gguf.GGUFWriter(out_path, "llama")
-    writer.add_name(model_dir.resolve().name)
-    _add_hparams(writer, config, file_type)
-    _add_tokenizer(writer, tokenizer_path, config["vocab_size"])
-    if config["rope_scaling"] is not None:
-        writer.add_tensor("rope_freqs.weight", rope_freq_factors(config))
-    for name, w in tensors.items():
-        if name.endswith("ffn.expert_bias"):
-            continue  # checked to be zero above
-        w = np.asarray(w, dtype=np.float32)
-        if name.endswith("attn.wq.weight"):
-            w = permute_rope_rows(w, config["n_head"])
-        elif name.endswith("attn.wk.weight"):
-            w = permute_rope_rows(w, config["n_kv_head"])
-        target = gguf_name(name)
-        data = _encode(target, w, qtype)
-        raw_dtype = None if data.dtype != np.uint8 else qtype
-        writer.add_tensor(target, data, raw_dtype=raw_dtype)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    out_path = Path(out_path)
+    with new_file(out_path, [model.path, *model.files()], force) as tmp:
+        writer = gguf.GGUFWriter(tmp, "llama")
+        writer.add_name(model.path.resolve().name)
+        _add_hparams(writer, config, file_type)
+        _add_tokenizer(writer, tokenizer_path, config["vocab_size"])
+        if config["rope_scaling"] is not None:
+            writer.add_tensor("rope_freqs.weight", rope_freq_factors(config))
+        for name, w in tensors.items():
+            if name.endswith("ffn.expert_bias"):
+                continue  # checked to be zero above
+            w = np.asarray(w, dtype=np.float32)
+            if name.endswith("attn.wq.weight"):
+                w = permute_rope_rows(w, config["n_head"])
+            elif name.endswith("attn.wk.weight"):
+                w = permute_rope_rows(w, config["n_kv_head"])
+            target = gguf_name(name)
+            data = _encode(target, w, qtype)
+            raw_dtype = None if data.dtype != np.uint8 else qtype
+            writer.add_tensor(target, data, raw_dtype=raw_dtype)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
     return out_path

@@ -12,50 +12,17 @@ against. Only matmul weights are quantized; embeddings, norms, routers and MoD p
 """
 
 import json
-import re
 import shutil
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from safetensors.numpy import save_file
 
-from ats_infer.tensor_files import (
-    CONFIG_FILE,
-    INDEX_FILE,
-    SINGLE_FILE,
-    TOKENIZER_FILE,
-    load_tensors,
-    read_config,
-)
-
-QUANT_FILE = "quantization.json"
-FORMAT_VERSION = 1
-BITS = (8, 4)
-GROUP_SIZES = (32, 64, 128)
-# Every matmul weight: attention, dense FFN, stacked experts (E, out, in), shared experts, LM head.
-QUANTIZED_NAME = re.compile(
-    r"layers\.\d+\.attn\.w[qkvo]\.weight"
-    r"|layers\.\d+\.ffn\.w[123]\.weight"
-    r"|layers\.\d+\.ffn\.experts\.w[123]"
-    r"|layers\.\d+\.ffn\.shared\.w[123]\.weight"
-    r"|output\.weight"
-)
-
-
-def is_quantized_name(name: str) -> bool:
-    return QUANTIZED_NAME.fullmatch(name) is not None
-
-
-def check_scheme(bits: int, group_size: int | None) -> None:
-    if bits not in BITS:
-        raise ValueError(f"bits = {bits!r} is not supported: expected 8 or 4")
-    if bits == 8 and group_size is not None:
-        raise ValueError(f"group_size = {group_size} is for int4; int8 is per output channel")
-    if bits == 4 and group_size not in GROUP_SIZES:
-        raise ValueError(
-            f"group_size = {group_size!r} is not supported for int4: expected 32, 64 or 128"
-        )
+from ats_infer.model_dir import open_model_dir
+from ats_infer.output_paths import new_directory
+from ats_infer.quant_spec import QUANT_FILE, check_scheme, quant_spec
+from ats_infer.quant_spec import read_quantization as read_quantization  # re-exported
+from ats_infer.tensor_files import CONFIG_FILE, SINGLE_FILE, TOKENIZER_FILE, path_kind
 
 
 def _codes(w: np.ndarray, scale: np.ndarray, lo: int, hi: int) -> np.ndarray:
@@ -111,88 +78,57 @@ def dequantize(
     return (groups * scale[..., None].astype(np.float32)).reshape(values.shape)
 
 
-def read_quantization(model_dir: Path) -> dict[str, Any] | None:
-    """quantization.json of a model directory (validated), or None for a float directory."""
-    path = Path(model_dir) / QUANT_FILE
-    if not path.is_file():
-        return None
-    try:
-        spec = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path}: invalid JSON: {err}") from None
-    for key in ("format_version", "bits", "group_size", "scheme", "quantized"):
-        if key not in spec:
-            raise ValueError(f"{path}: missing key {key!r}")
-    if spec["format_version"] != FORMAT_VERSION or spec["scheme"] != "symmetric":
-        raise ValueError(
-            f"{path}: format_version {spec['format_version']!r} / scheme {spec['scheme']!r} is "
-            f"not supported: expected {FORMAT_VERSION} / 'symmetric'"
-        )
-    check_scheme(spec["bits"], spec["group_size"])
-    return spec
-
-
-def dequantize_tensors(model_dir: Path) -> dict[str, np.ndarray]:
+def dequantize_tensors(model_dir: str | Path) -> dict[str, np.ndarray]:
     """The float state dict a quantized directory stands for (float directories load as they are)."""
-    tensors = load_tensors(model_dir)
-    spec = read_quantization(model_dir)
+    model = open_model_dir(model_dir)
+    tensors = model.tensors()
+    spec = model.quantization
     if spec is None:
         return tensors
     out = {k: v for k, v in tensors.items() if not k.endswith((".q", ".scale"))}
     for name in spec["quantized"]:
-        q, scale = tensors.get(name + ".q"), tensors.get(name + ".scale")
-        if q is None or scale is None:
-            raise ValueError(
-                f"{model_dir}: {QUANT_FILE} lists {name} but {name}.q/.scale are missing"
-            )
+        q, scale = tensors[name + ".q"], tensors[name + ".scale"]
         out[name] = dequantize(q, scale, spec["bits"], spec["group_size"])
     return out
 
 
 def quantize_model_dir(
-    src: str | Path, out: str | Path, bits: int, group_size: int | None = None
+    src: str | Path,
+    out: str | Path,
+    bits: int,
+    group_size: int | None = None,
+    *,
+    force: bool = False,
 ) -> Path:
-    """Write the quantized copy of model directory `src` to `out` (config.json and tokenizer.json
-    copied, quantization.json + model.safetensors written). Returns `out`."""
+    """Write the quantized copy of model directory `src` as the new directory `out`
+    (config.json and tokenizer.json copied, quantization.json + model.safetensors written);
+    an existing non-empty `out` only with `force`, never over `src`. Returns `out`."""
     check_scheme(bits, group_size)
-    src, out = Path(src), Path(out)
-    read_config(src)
-    if read_quantization(src) is not None:
+    model = open_model_dir(src)
+    if model.quantization is not None:
         raise ValueError(f"{src}: already quantized ({QUANT_FILE}); quantize the float directory")
-    if out.resolve() == src.resolve():
-        raise ValueError(f"--out {out} is the source directory; choose a new directory")
-    tensors = load_tensors(src)
-    names = sorted(n for n in tensors if is_quantized_name(n))
-    quantized = set(names)
-    if not names:
-        raise ValueError(f"{src}: no matmul weights found to quantize (is this an ATS model?)")
-    result: dict[str, np.ndarray] = {}
-    for name, w in tensors.items():
-        if name not in quantized:
-            result[name] = np.ascontiguousarray(w, dtype=np.float32)
-            continue
-        if w.dtype.kind != "f" or w.ndim < 2:
-            raise ValueError(f"{src}: {name} is {w.dtype} {w.shape}; expected a float matrix")
-        if bits == 4 and w.shape[-1] % group_size != 0:
-            raise ValueError(
-                f"{src}: {name} has rows of {w.shape[-1]} elements, not divisible by "
-                f"group_size {group_size}; choose a group size dividing {w.shape[-1]}"
-            )
-        q, scale = quantize_int8(w) if bits == 8 else quantize_int4(w, group_size)
-        result[name + ".q"], result[name + ".scale"] = q, scale
-    out.mkdir(parents=True, exist_ok=True)
-    if (out / INDEX_FILE).exists():
-        raise ValueError(f"{out}: holds a sharded model ({INDEX_FILE}); choose a new directory")
-    save_file(result, str(out / SINGLE_FILE), metadata={"format": "np"})
-    spec = {
-        "format_version": FORMAT_VERSION,
-        "bits": bits,
-        "group_size": group_size,
-        "scheme": "symmetric",
-        "quantized": names,
-    }
-    (out / QUANT_FILE).write_text(json.dumps(spec, indent=2) + "\n")
-    shutil.copyfile(src / CONFIG_FILE, out / CONFIG_FILE)
-    if (src / TOKENIZER_FILE).is_file():
-        shutil.copyfile(src / TOKENIZER_FILE, out / TOKENIZER_FILE)
+    if bits == 4:
+        for name in model.matrices:
+            n_in = model.entries[name].shape[-1]
+            if n_in % group_size != 0:
+                raise ValueError(
+                    f"{src}: {name} has rows of {n_in} elements, not divisible by group_size "
+                    f"{group_size}; choose a group size dividing {n_in}"
+                )
+    out = Path(out)
+    with new_directory(out, [model.path, *model.files()], force) as tmp:
+        matrices = set(model.matrices)
+        result: dict[str, np.ndarray] = {}
+        for name, w in model.tensors().items():
+            if name not in matrices:
+                result[name] = np.ascontiguousarray(w, dtype=np.float32)
+                continue
+            q, scale = quantize_int8(w) if bits == 8 else quantize_int4(w, group_size)
+            result[name + ".q"], result[name + ".scale"] = q, scale
+        save_file(result, str(tmp / SINGLE_FILE), metadata={"format": "np"})
+        spec = quant_spec(bits, group_size, list(model.matrices))
+        (tmp / QUANT_FILE).write_text(json.dumps(spec, indent=2) + "\n")
+        shutil.copyfile(model.path / CONFIG_FILE, tmp / CONFIG_FILE)
+        if path_kind(model.path / TOKENIZER_FILE) != "missing":
+            shutil.copyfile(model.path / TOKENIZER_FILE, tmp / TOKENIZER_FILE)
     return out
