@@ -1,6 +1,8 @@
 """cli.py as a user runs it (a subprocess): the three commands, --help, and one-line errors."""
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 
@@ -75,3 +77,61 @@ def test_generate_is_greedy_and_engines_agree(trained_dense_dir, engine) -> None
     assert result.returncode == 0, result.stderr
     again = ats_infer(*args, "--max-new-tokens", "16", "--engine", "torch")
     assert result.stdout == again.stdout and result.stdout.strip()
+
+
+def copy_with_config(model_dir, tmp_path, **changes):
+    directory = tmp_path / "model"
+    shutil.copytree(model_dir, directory)
+    config = json.loads((directory / "config.json").read_text())
+    config.update(changes)
+    (directory / "config.json").write_text(json.dumps(config))
+    return directory
+
+
+def test_bad_model_directories_exit_with_one_line(dense_dir, tmp_path) -> None:
+    """Issue 22's reproducers: no traceback, rc 1, the file, field and value named."""
+    bad = copy_with_config(dense_dir, tmp_path, n_head=0)
+    assert_one_line_error(
+        ats_infer("export-gguf", bad, "--out", tmp_path / "m.gguf"), "n_head = 0 is invalid"
+    )
+    bad = copy_with_config(dense_dir, tmp_path / "b", n_layer=3)
+    assert_one_line_error(
+        ats_infer("generate", bad, "--prompt", "x", "--engine", "torch"),
+        "n_layer = 3 does not match the tensors",
+    )
+    path = bad / "model.safetensors"
+    raw = path.read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8 : 8 + n])
+    header["norm.weight"]["data_offsets"] = ["0", "256"]
+    blob = json.dumps(header).encode()
+    path.write_bytes(len(blob).to_bytes(8, "little") + blob + raw[8 + n :])
+    assert_one_line_error(
+        ats_infer("quantize", bad, "--bits", "8", "--out", tmp_path / "q"),
+        "data_offsets ['0', '256'] is not [begin, end] of non-negative integers",
+    )
+    os.symlink("loop", tmp_path / "loop")
+    assert_one_line_error(
+        ats_infer("quantize", tmp_path / "loop", "--bits", "8", "--out", tmp_path / "q"),
+        "not a model directory (it is a symlink loop)",
+    )
+    assert not (tmp_path / "q").exists() and not (tmp_path / "m.gguf").exists()
+
+
+def test_outputs_are_replaced_only_with_force(dense_dir, tmp_path) -> None:
+    other = tmp_path / "other"
+    shutil.copytree(dense_dir, other)
+    weights = (other / "model.safetensors").read_bytes()
+    assert_one_line_error(
+        ats_infer("quantize", dense_dir, "--bits", "8", "--out", other), "pass --force"
+    )
+    assert (other / "model.safetensors").read_bytes() == weights
+    result = ats_infer("quantize", dense_dir, "--bits", "8", "--out", other, "--force")
+    assert result.returncode == 0, result.stderr
+    assert (other / "quantization.json").is_file()
+    source = dense_dir / "model.safetensors"
+    before = source.read_bytes()
+    assert_one_line_error(
+        ats_infer("export-gguf", dense_dir, "--out", source, "--force"), "is the input"
+    )
+    assert source.read_bytes() == before
