@@ -175,3 +175,11 @@ def test_bad_tensors_are_refused(tmp_path, make_model, dense_config, edit, messa
     save_file(state, str(path), metadata={"format": "pt"})
     with pytest.raises(ValueError, match=message):
         import_hf(tmp_path)
+
+
+def test_a_huge_layer_count_is_refused_before_a_model_is_built(tmp_path, make_model, dense_config):
+    """Issue 22: the import built every layer config.json asks for before checking tensors."""
+    export_hf(make_model(dense_config()), tmp_path)
+    _edit_config(tmp_path, num_hidden_layers=100_000)
+    with pytest.raises(ValueError, match="n_layer = 100000 does not match the tensors"):
+        import_hf(tmp_path)

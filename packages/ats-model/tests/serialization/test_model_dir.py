@@ -164,3 +164,66 @@ def test_no_pickle_in_serialization():
     sources = "".join(p.read_text() for p in Path(ser.__file__).parent.glob("*.py"))
     for forbidden in ("torch.load", "import pickle", "torch.save"):
         assert forbidden not in sources
+
+
+def _rewrite_header(directory: Path, edit) -> None:
+    """Edit the raw safetensors header, data bytes untouched (as a corrupt writer would)."""
+    path = directory / "model.safetensors"
+    raw = path.read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8 : 8 + n])
+    edit(header)
+    blob = json.dumps(header).encode()
+    path.write_bytes(len(blob).to_bytes(8, "little") + blob + raw[8 + n :])
+
+
+def _overlap(header: dict) -> None:
+    header["norm.weight"]["data_offsets"] = header["layers.0.ffn_norm.weight"]["data_offsets"]
+
+
+@pytest.mark.parametrize(
+    "edit,message",
+    [
+        (_overlap, "tensors layers.0.ffn_norm.weight and norm.weight overlap at byte"),
+        (lambda h: h["norm.weight"].update(data_offsets=["0", "128"]), "malformed header entry"),
+        (lambda h: h["norm.weight"].update(data_offsets=[0.0, 128.0]), "malformed header entry"),
+        (lambda h: h["norm.weight"].update(shape=None), "norm.weight has a malformed header"),
+        (lambda h: h["norm.weight"].update(shape=[True] * 32), "malformed header entry"),
+    ],
+    ids=["overlap", "string-offsets", "float-offsets", "null-shape", "bool-shape"],
+)
+def test_corrupt_headers_are_refused_before_loading(saved, edit, message):
+    """Issue 22: overlapping offsets reached safetensors' reader (SafetensorError)."""
+    _rewrite_header(saved, edit)
+    with pytest.raises(ValueError, match=message):
+        load_pretrained(saved)
+
+
+def test_a_huge_n_layer_is_refused_before_a_model_is_built(saved):
+    """Issue 22: n_layer = 100000 built a (meta) model for minutes before the shape check."""
+    _rewrite_config(saved, lambda c: c.update(n_layer=100_000))
+    with pytest.raises(
+        ValueError,
+        match=r"config.json: n_layer = 100000 does not match the tensors: model.safetensors "
+        r"holds layers.0 to layers.1",
+    ):
+        load_pretrained(saved)
+
+
+@pytest.mark.parametrize(
+    "target,message",
+    [("/dev/zero", "is a character device"), ("loop", "is a symlink loop")],
+)
+def test_what_a_tensor_file_is_is_said(saved, target, message):
+    """Issue 22: a symlink loop or /dev/zero was "no model.safetensors"."""
+    (saved / "model.safetensors").unlink()
+    (saved / "model.safetensors").symlink_to(target if target != "loop" else "model.safetensors")
+    with pytest.raises(ValueError, match=f"model.safetensors: {message}"):
+        load_pretrained(saved)
+    (saved / "config.json").unlink()
+    (saved / "config.json").symlink_to("config.json")
+    with pytest.raises(ValueError, match="config.json: is a symlink loop"):
+        load_pretrained(saved)
+    (saved / "notes.txt").write_text("x")
+    with pytest.raises(ValueError, match=r"notes.txt: not a model directory \(it is a file\)"):
+        load_pretrained(saved / "notes.txt")

@@ -128,3 +128,23 @@ def test_index_problems_are_named(tmp_path):
     index_path.unlink()
     with pytest.raises(FileNotFoundError, match="no model.safetensors and no"):
         read_tensor_infos(tmp_path)
+
+
+def test_data_area_must_be_tiled_as_safetensors_requires(tmp_path):
+    from safetensors import SafetensorError, safe_open
+
+    write_tensors(tmp_path, _tensors(), {}, max_shard_bytes=1 << 20)
+    path = tmp_path / SINGLE_FILE
+    path.write_bytes(path.read_bytes() + bytes(4))
+    with pytest.raises(SafetensorError):  # the library's own reader refuses it: the reference
+        safe_open(str(path), framework="pt")
+    with pytest.raises(ValueError, match="model.safetensors: the tensors cover 1168 of the 1172"):
+        read_header(path)
+    header = json.dumps({"x": {"dtype": "U8", "shape": [1], "data_offsets": [1, 2]}}).encode()
+    path.write_bytes(struct.pack("<Q", len(header)) + header + bytes(2))
+    with pytest.raises(ValueError, match="bytes 0 to 1 belong to no tensor"):
+        read_header(path)
+    header = b'{"x": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}, "x": {}}'
+    path.write_bytes(struct.pack("<Q", len(header)) + header + bytes(1))
+    with pytest.raises(ValueError, match="key 'x' appears twice"):
+        read_header(path)

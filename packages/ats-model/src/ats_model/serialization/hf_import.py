@@ -21,6 +21,7 @@ from ats_model.serialization.hf_mixtral import (
 )
 from ats_model.serialization.model_dir import (
     CONFIG_FILE,
+    check_layer_count,
     check_tensors,
     dtype_name,
     read_config_json,
@@ -70,7 +71,10 @@ def import_hf(
         raise ValueError(
             f"{source}: tensors have dtypes {sorted(map(dtype_name, dtypes))}; expected one"
         )
-    model = build_model(config, device=device, dtype=dtypes.pop(), kernels=kernels)
+    dtype = dtypes.pop()
+    check_layer_count(infos, config.n_layer, source)
+    # Shapes are checked against a meta model: nothing of config.json's sizes is allocated first.
+    meta = build_model(config, device="meta", dtype=dtype, kernels=kernels)
     tensors = load_tensors(directory, infos)
     if config.moe is not None:
         tensors = unfuse_mixtral(tensors)
@@ -87,7 +91,8 @@ def import_hf(
         for k, t in tensors.items()
     }
     origin = f"{CONFIG_FILE} ({hf['model_type']})"
-    check_tensors(found, _expected_hf_tensors(model), source, origin)
+    check_tensors(found, _expected_hf_tensors(meta), source, origin)
+    model = build_model(config, device=device, dtype=dtype, kernels=kernels)
     if config.moe is None:
         state = llama_state_from_hf(tensors, source)
     else:

@@ -10,6 +10,7 @@ mismatch; nothing is unpickled.
 
 import dataclasses
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,10 @@ from ats_model.config import MoDConfig, ModelConfig, MoEConfig, RopeScaling
 from ats_model.serialization.safetensors_io import (
     TensorInfo,
     load_tensors,
+    parse_json,
+    path_kind,
     read_tensor_infos,
+    require_file,
     write_tensors,
 )
 
@@ -97,13 +101,16 @@ def _require_fields(
 
 def read_config_json(directory: Path) -> dict[str, Any]:
     """config.json as a dict; absence, bad JSON or a non-object name the file."""
+    kind = path_kind(directory)
+    if kind == "missing":
+        raise FileNotFoundError(f"{directory}: not a model directory (no such directory)")
+    if kind != "directory":
+        raise ValueError(f"{directory}: not a model directory (it is a {kind})")
     path = directory / CONFIG_FILE
-    if not path.is_file():
+    if path_kind(path) == "missing":
         raise FileNotFoundError(f"{directory}: no {CONFIG_FILE}")
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{CONFIG_FILE}: invalid JSON: {e}") from e
+    require_file(path)
+    data = parse_json(path.read_bytes(), f"{CONFIG_FILE}: invalid JSON")
     if not isinstance(data, dict):
         raise ValueError(f"{CONFIG_FILE}: expected a JSON object, got {type(data).__name__}")
     return data
@@ -150,6 +157,22 @@ def check_tensors(
             )
 
 
+LAYER_KEY = re.compile(r"(?:model\.)?layers\.(\d+)\.")  # ATS and HF names
+
+
+def check_layer_count(found: dict[str, TensorInfo], n_layer: int, source: str) -> None:
+    """config.json's n_layer against the layers the tensors hold, before a model of n_layer
+    blocks is built to compare shapes with (which takes minutes for a corrupt n_layer = 100000)."""
+    layers = {int(m.group(1)) for key in found if (m := LAYER_KEY.match(key))}
+    held = max(layers, default=-1) + 1
+    # fewer layers, or a whole other number of them (a stray layers.9.x is an unexpected tensor)
+    if held < n_layer or (held != n_layer and layers == set(range(held))):
+        holds = f"layers.0 to layers.{held - 1}" if layers else "no layers"
+        raise ValueError(
+            f"{CONFIG_FILE}: n_layer = {n_layer} does not match the tensors: {source} holds {holds}"
+        )
+
+
 def load_pretrained(
     directory: str | Path,
     device: str | torch.device = "cpu",
@@ -165,6 +188,7 @@ def load_pretrained(
             f"{source}: header metadata lacks {DTYPE_KEY!r} (written by save_pretrained)"
         )
     saved_dtype = parse_dtype(metadata[DTYPE_KEY], f"{source}: metadata {DTYPE_KEY}")
+    check_layer_count(infos, config.n_layer, source)
     # Validate against a shapes-only (meta) model in the saved dtype before allocating anything.
     expected = build_model(config, device="meta", dtype=saved_dtype, kernels=kernels).state_dict()
     check_tensors(infos, dict(expected), source, CONFIG_FILE)

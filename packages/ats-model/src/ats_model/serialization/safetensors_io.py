@@ -6,12 +6,15 @@ Headers are parsed and checked against the file size before any tensor is read, 
 malformed file gives an error naming the file instead of a crash deep inside a reader.
 """
 
+import errno
 import json
 import math
 import os
+import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import safe_open
@@ -38,6 +41,56 @@ DTYPES: dict[str, torch.dtype] = {
 }
 
 
+def path_kind(path: Path) -> str:
+    """What `path` is, in words ("file", "directory", "missing", "symlink loop", "character
+    device", ...; symlinks followed), so that errors say what is wrong, not "no such file"."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "dangling symlink" if os.path.islink(path) else "missing"
+    except OSError as e:
+        return "symlink loop" if e.errno == errno.ELOOP else f"path that cannot be read ({e})"
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISDIR(mode):
+        return "directory"
+    return "character device" if stat.S_ISCHR(mode) else "special file (not a regular file)"
+
+
+def require_file(path: Path) -> None:
+    """Raise unless `path` is a regular file (symlinks followed)."""
+    kind = path_kind(path)
+    if kind == "missing":
+        raise FileNotFoundError(f"{path.name}: no such file in {path.parent}")
+    if kind != "file":
+        raise ValueError(f"{path.name}: is a {kind} in {path.parent}, not a regular file")
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"key {key!r} appears twice")
+        out[key] = value
+    return out
+
+
+def parse_json(raw: bytes, what: str) -> Any:
+    """JSON from bytes; bad UTF-8, bad JSON, repeated keys and deep nesting name `what`."""
+    try:
+        return json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicate_keys)
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{what}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except RecursionError:
+        raise ValueError(f"{what}: not JSON (nested too deeply)") from None
+    except ValueError as e:  # JSONDecodeError, or a repeated key from the hook
+        raise ValueError(f"{what}: not JSON ({e})") from None
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 @dataclass(frozen=True)
 class TensorInfo:
     """What a safetensors header says about one tensor, and which file holds it."""
@@ -50,8 +103,7 @@ class TensorInfo:
 def read_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str]]:
     """Parse and validate one safetensors header: returns ({name: TensorInfo}, metadata)."""
     name = path.name
-    if not path.is_file():
-        raise FileNotFoundError(f"{name}: no such file in {path.parent}")
+    require_file(path)
     file_size = path.stat().st_size
     if file_size < 8:
         raise ValueError(f"{name}: truncated: {file_size} bytes, a safetensors file has at least 8")
@@ -63,15 +115,15 @@ def read_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str]]:
                 f"file has {file_size - 8} after it"
             )
         raw = f.read(header_len)
-    try:
-        header = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{name}: corrupt header: not JSON ({e})") from e
+    header = parse_json(raw, f"{name}: corrupt header")
     if not isinstance(header, dict):
         raise ValueError(f"{name}: corrupt header: expected a JSON object")
     metadata = header.pop("__metadata__", None) or {}
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise ValueError(f"{name}: __metadata__ = {metadata!r}: expected an object of strings")
     data_size = file_size - 8 - header_len
     infos: dict[str, TensorInfo] = {}
+    spans: list[tuple[int, int, str]] = []
     for key, entry in header.items():
         if not isinstance(entry, dict):
             raise ValueError(f"{name}: {key} has a malformed header entry {entry!r}")
@@ -84,10 +136,10 @@ def read_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str]]:
             raise ValueError(f"{name}: {key} has unsupported dtype {dtype_name!r}")
         if not (
             isinstance(shape, list)
-            and all(isinstance(d, int) and d >= 0 for d in shape)
+            and all(_is_int(d) and d >= 0 for d in shape)
             and isinstance(offsets, list)
             and len(offsets) == 2
-            and all(isinstance(o, int) and o >= 0 for o in offsets)
+            and all(_is_int(o) and o >= 0 for o in offsets)
         ):
             raise ValueError(f"{name}: {key} has a malformed header entry {entry!r}")
         dtype = DTYPES[dtype_name]
@@ -104,7 +156,24 @@ def read_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str]]:
                 f"which has only {data_size} bytes"
             )
         infos[key] = TensorInfo(file=name, dtype=dtype, shape=tuple(shape))
+        spans.append((begin, end, key))
+    _check_spans(name, sorted(spans), data_size)
     return infos, metadata
+
+
+def _check_spans(name: str, spans: list[tuple[int, int, str]], data_size: int) -> None:
+    """The sorted (begin, end) spans must tile the data area, as the safetensors library requires:
+    an overlap would read one tensor's bytes as another's."""
+    for (_, end, first), (begin, _, second) in zip(spans, spans[1:], strict=False):
+        if begin < end:
+            raise ValueError(f"{name}: tensors {first} and {second} overlap at byte {begin}")
+    covered = 0
+    for begin, end, _ in spans:
+        if begin > covered:
+            raise ValueError(f"{name}: bytes {covered} to {begin} belong to no tensor (a gap)")
+        covered = end
+    if covered != data_size:
+        raise ValueError(f"{name}: the tensors cover {covered} of the {data_size} data bytes")
 
 
 def shard_name(i: int, n: int) -> str:
@@ -174,22 +243,25 @@ def read_tensor_infos(directory: Path) -> tuple[dict[str, TensorInfo], dict[str,
     The source is model.safetensors or the index file; names in the index must match the shards.
     """
     single, index = directory / SINGLE_FILE, directory / INDEX_FILE
-    if single.exists() and index.exists():
+    has_single, has_index = path_kind(single) != "missing", path_kind(index) != "missing"
+    if has_single and has_index:
         raise ValueError(f"{directory}: holds both {SINGLE_FILE} and {INDEX_FILE}; keep one")
-    if single.exists():
+    if has_single:
         infos, metadata = read_header(single)
         return infos, metadata, SINGLE_FILE
-    if not index.exists():
+    if not has_index:
         raise FileNotFoundError(f"{directory}: no {SINGLE_FILE} and no {INDEX_FILE}")
-    try:
-        weight_map = json.loads(index.read_text())["weight_map"]
-    except (json.JSONDecodeError, KeyError, TypeError) as e:
-        raise ValueError(f"{INDEX_FILE}: not an index (JSON with a 'weight_map'): {e!r}") from e
+    require_file(index)
+    data = parse_json(index.read_bytes(), INDEX_FILE)
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict):
+        raise ValueError(f"{INDEX_FILE}: not an index (a JSON object with a 'weight_map' object)")
+    for file in weight_map.values():
+        if not isinstance(file, str) or not file or os.sep in file or file.startswith("."):
+            raise ValueError(f"{INDEX_FILE}: shard name {file!r} is not a plain file name")
     infos = {}
     metadata: dict[str, str] = {}
     for file in sorted(set(weight_map.values())):
-        if os.sep in file or file.startswith("."):
-            raise ValueError(f"{INDEX_FILE}: shard name {file!r} is not a plain file name")
         shard_infos, metadata = read_header(directory / file)
         for key in shard_infos:
             if weight_map.get(key) != file:
