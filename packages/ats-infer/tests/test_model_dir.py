@@ -113,6 +113,8 @@ BAD_DIRS = {
     "n_head 0": (lambda d: edit_config(d, n_head=0), "n_head = 0 is invalid"),
     "n_head string": (lambda d: edit_config(d, n_head="4"), "n_head = '4' is invalid"),
     "rope_theta NaN": (lambda d: edit_config(d, rope_theta=float("nan")), "rope_theta = nan"),
+    "huge norm_eps": (lambda d: edit_config(d, norm_eps=10**400, n_head=4), "norm_eps = 1000"),
+    "format_version": (lambda d: edit_config(d, format_version=2), "format_version = 2 is"),
     "moe for dense": (lambda d: edit_config(d, moe={}), "moe = {} is invalid: expected null"),
     "missing key": (lambda d: drop_config_key(d, "rope_theta"), "missing key 'rope_theta'"),
     "null ffn_dim": (lambda d: edit_config(d, ffn_dim=None), "ffn_dim = None is invalid"),

@@ -32,6 +32,7 @@ from ats_infer.tensor_files import (
     require_model_dir,
 )
 
+FORMAT_VERSION = 1
 FAMILIES = ("dense", "moe", "mod", "hybrid")
 MOD_ROUTINGS = ("learned", "static", "random")
 MOD_PLACEMENTS = ("all", "later_half", "every_n")
@@ -83,7 +84,10 @@ class _Fields:
 
     def number(self, key: str, low: float | None = None, strict: bool = True) -> float:
         value = self.get(key)
-        ok = type(value) in (int, float) and math.isfinite(value)
+        try:  # as a double, like every reader of config.json: a 400-digit integer is infinite
+            ok = type(value) in (int, float) and math.isfinite(value)
+        except OverflowError:
+            ok = False
         if ok and low is not None:
             ok = value > low if strict else value >= low
         if not ok:
@@ -114,7 +118,8 @@ def check_config(data: dict[str, Any], path: Path) -> dict[str, Any]:
     """config.json checked as the native runtime checks it; returns it with n_kv_head and
     head_dim resolved where null (n_head, dim // n_head)."""
     f = _Fields(data, path)
-    f.integer("format_version", 1, 1)
+    if type(f.get("format_version")) is not int or data["format_version"] != FORMAT_VERSION:
+        raise f.bad("format_version", str(FORMAT_VERSION))
     family = f.choice("family", FAMILIES)
     config = dict(data)
     for key in ("vocab_size", "dim", "n_layer", "n_head", "ffn_dim", "max_seq_len"):
@@ -249,12 +254,13 @@ def check_tensors(
     single = model_dir / SINGLE_FILE
     source = single if path_kind(single) != "missing" else model_dir / INDEX_FILE
     layers = {int(m.group(1)) for name in entries if (m := LAYER_NAME.match(name))}
-    n_layer = config["n_layer"]
-    if max(layers, default=-1) + 1 != n_layer:  # named before a long list of missing tensors
-        held = f"layers.0 to layers.{max(layers)}" if layers else "no layers"
+    n_layer, held = config["n_layer"], max(layers, default=-1) + 1
+    # fewer layers, or a whole other number of them (a stray layers.9.x is an unexpected tensor)
+    if held < n_layer or (held != n_layer and layers == set(range(held))):
+        holds = f"layers.0 to layers.{held - 1}" if layers else "no layers"
         raise ValueError(
             f"{model_dir / CONFIG_FILE}: n_layer = {n_layer} does not match the tensors: "
-            f"{source} holds {held}"
+            f"{source} holds {holds}"
         )
     quant_path = model_dir / QUANT_FILE
     if quant is not None:
