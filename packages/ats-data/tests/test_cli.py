@@ -108,3 +108,42 @@ def test_usage_error_exits_2():
     result = ats_data("prepare", "--source", "x")
     assert result.returncode == 2
     assert "required" in result.stderr
+
+
+def test_bad_tokenizer_and_json_inputs_are_one_line(tokenizer_path, tmp_path):
+    """Tracebacks before: a tokenizer.json the tokenizer refuses (TokenizerFileError), a JSONL
+    record or index.json nested too deep (RecursionError); --workers 100000 started 100000
+    processes; the JSONL position was cut off ("... starting at")."""
+    bad_tok = tmp_path / "tok.json"
+    bad_tok.write_text("[1, 2]", encoding="utf-8")
+    src = tmp_path / "d.jsonl"
+    src.write_text('{"text": "one"}\n{"text": "two"}\n', encoding="utf-8")
+    prep = ["prepare", "--source", src, "--out", tmp_path / "o"]
+    assert_one_line_error(ats_data(*prep, "--tokenizer", bad_tok), "not a tokenizer.json")
+    result = ats_data(*prep, "--tokenizer", tokenizer_path, "--workers", "100000")
+    assert_one_line_error(result, "workers must be in [1, ")
+    src.write_text('{"text": "one"}\n{"text": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    result = ats_data(*prep, "--tokenizer", tokenizer_path)
+    assert_one_line_error(result, "d.jsonl: not valid JSON for this reader")
+    src.write_text('{"text": "one"}\n{"text": "two}\n', encoding="utf-8")
+    result = ats_data(*prep, "--tokenizer", tokenizer_path)
+    assert_one_line_error(
+        result, "d.jsonl: not valid JSON at line 2 column 10: Unterminated string"
+    )
+    folder = tmp_path / "ds"
+    folder.mkdir()
+    (folder / "index.json").write_text("[" * 100_000, encoding="utf-8")
+    assert_one_line_error(ats_data("info", folder), "index.json: not valid JSON for this reader")
+
+
+def test_val_fraction_zero_is_the_documented_way_to_skip_validation(tokenizer_path, tmp_path):
+    src = tmp_path / "one.txt"
+    src.write_text("a single paragraph", encoding="utf-8")
+    prep = ["prepare", "--source", src, "--tokenizer", tokenizer_path]
+    result = ats_data(*prep, "--out", tmp_path / "a")
+    assert_one_line_error(result, "or a larger val_fraction")
+    assert "val_fraction=0" not in result.stderr
+    assert "0: no val documents" in ats_data("prepare", "--help").stdout
+    result = ats_data(*prep, "--out", tmp_path / "b", "--val-fraction", "0")
+    assert result.returncode == 0, result.stderr
+    assert "val        0 docs  0 tokens  0 shards" in result.stdout

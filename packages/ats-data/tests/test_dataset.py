@@ -86,13 +86,30 @@ def test_document_without_eos(folder):
         (lambda ix: ix.update(dtype="float32"), "dtype 'float32', expected one of"),
         (lambda ix: ix.pop("splits"), "missing field 'splits'"),
         (lambda ix: ix["tokenizer"].update(vocab_size="10"), "field 'vocab_size' has type str"),
-        (lambda ix: ix["tokenizer"].update(vocab_size=70000), "does not fit dtype uint16"),
+        (
+            lambda ix: ix["tokenizer"].update(vocab_size=70000),
+            r"vocab_size 70000 must be in \[1, 65536\] \(dtype uint16\)",
+        ),
+        (lambda ix: ix["tokenizer"].update(vocab_size=-1), r"vocab_size -1 must be in \[1, "),
+        (
+            lambda ix: ix["tokenizer"].update(eos_id=10),
+            r"eos_id 10 must be in \[0, vocab_size 10\)",
+        ),
+        (lambda ix: ix["tokenizer"].update(eos_id=-1), r"eos_id -1 must be in \[0, vocab_size"),
         (lambda ix: ix["splits"]["train"]["shards"][0].update(file="../x.bin"), "plain file name"),
         (
             lambda ix: ix["splits"]["train"]["shards"][0].update(doc_offsets=[0, 7]),
             "doc_offsets end",
         ),
         (lambda ix: ix["splits"]["train"]["shards"][0].update(doc_offsets=[1]), "must start at 0"),
+        # a ValueError, an OverflowError, or a silent cast (nested, bool) before
+        *(
+            (
+                lambda ix, bad=bad: ix["splits"]["train"]["shards"][0].update(doc_offsets=bad),
+                r"doc_offsets must be a non-empty list of integers in \[0, 2\*\*63\)",
+            )
+            for bad in ([0, "a"], [0, 1.5], [[0], [4]], [0, True], [], [0, 2**63 + 5], [-1, 2])
+        ),
     ],
 )
 def test_malformed_index_fields(folder, edit, message):
@@ -103,5 +120,14 @@ def test_malformed_index_fields(folder, edit, message):
 
 def test_index_not_json(folder):
     (folder / INDEX_NAME).write_text("{not json")
-    with pytest.raises(DataError, match=r"index\.json: not valid JSON"):
+    with pytest.raises(DataError, match=r"index\.json: not valid JSON at line 1 column 2"):
+        ShardDataset(folder)
+    (folder / INDEX_NAME).write_text("[" * 100_000 + "]" * 100_000)  # a RecursionError before
+    with pytest.raises(DataError, match=r"index\.json: not valid JSON for this reader: .* nested"):
+        ShardDataset(folder)
+    (folder / INDEX_NAME).write_bytes(b'{"format": "\xff"}')
+    with pytest.raises(DataError, match=r"index\.json: not UTF-8 text \(byte 0xff at offset 12\)"):
+        ShardDataset(folder)
+    (folder / INDEX_NAME).write_text("[]")
+    with pytest.raises(DataError, match=r"index\.json: expected a JSON object, got list"):
         ShardDataset(folder)

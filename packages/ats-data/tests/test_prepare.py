@@ -2,6 +2,8 @@
 leave nothing half-written."""
 
 import json
+import os
+import re
 
 import pytest
 from ats_data.dataset import ShardDataset
@@ -77,27 +79,58 @@ def test_failure_midway_leaves_no_shards_and_no_index(tmp_path, tokenizer_path):
 def test_empty_splits_are_errors(tmp_path, tokenizer_path):
     src = tmp_path / "one.txt"
     src.write_text("a single paragraph")
+    # The advice names only what every caller accepts: ats-train requires val_fraction > 0.
     with pytest.raises(
-        DataError, match="gave no validation documents: 1 documents at val_fraction"
-    ):
+        DataError, match="gave no validation documents: 1 documents, each in val"
+    ) as e:
         prepare(src, tokenizer_path, tmp_path / "a", val_fraction=0.05, workers=1)
+    assert str(e.value).endswith("use a source with more documents or a larger val_fraction")
+    assert "val_fraction=0" not in str(e.value)
+    # val_fraction=0 is the explicit way to ask for no validation documents
     prepare(src, tokenizer_path, tmp_path / "b", val_fraction=0.0, workers=1)
     assert ShardDataset(tmp_path / "b").num_docs("val") == 0
+    assert ShardDataset(tmp_path / "b").num_docs("train") == 1
     with pytest.raises(DataError, match=r"left no training documents \(1 read, 1 shorter than 100"):
         prepare(src, tokenizer_path, tmp_path / "c", val_fraction=0.0, min_chars=100, workers=1)
 
 
 def test_bad_arguments(text_file, tokenizer_path, tmp_path):
-    with pytest.raises(DataError, match=r"tokenizer not found: .*missing\.json"):
+    with pytest.raises(DataError, match=r"tokenizer '.*missing\.json' does not exist"):
         prepare(text_file, tmp_path / "missing.json", tmp_path / "o")
     with pytest.raises(DataError, match=r"source not found"):
         prepare(tmp_path / "nope", tokenizer_path, tmp_path / "o")
     with pytest.raises(DataError, match=r"val_fraction must be in \[0, 1\), got 1.5"):
         prepare(text_file, tokenizer_path, tmp_path / "o", val_fraction=1.5)
-    with pytest.raises(DataError, match="workers must be >= 1, got 0"):
-        prepare(text_file, tokenizer_path, tmp_path / "o", workers=0)
+    for workers in (0, 4 * (os.cpu_count() or 1) + 1, 100_000):  # 100000 processes started before
+        with pytest.raises(DataError, match=rf"workers must be in \[1, \d+\] .* got {workers}"):
+            prepare(text_file, tokenizer_path, tmp_path / "o", workers=workers)
     with pytest.raises(DataError, match="hash_algo must be one of sha256, blake2b"):
         prepare(text_file, tokenizer_path, tmp_path / "o", hash_algo="md5")
+
+
+def test_bad_tokenizer_files_are_data_errors(text_file, tokenizer_path, tmp_path):
+    """Each was a traceback (RecursionError, AttributeError, TokenizerFileError, or a ValueError
+    from a worker) or a misleading "not found"; all are DataError naming the file."""
+    good = json.loads(tokenizer_path.read_text(encoding="utf-8"))
+
+    def write(name: str, text: str):
+        path = tmp_path / name
+        path.write_text(text, encoding="utf-8", errors="surrogateescape")  # \udcff: byte 0xff
+        return path
+
+    no_eos = dict(good, added_tokens=[])  # the special token is the last id: the rest stays dense
+    cases = [
+        (write("deep.json", "[" * 100_000 + "]" * 100_000), "deep.json: not valid JSON for this"),
+        (write("added.json", json.dumps(dict(good, added_tokens=[1]))), "expected a JSON object"),
+        (write("binary.json", "\udcff{}"), "binary.json: not UTF-8 text (byte 0xff at offset 0)"),
+        (write("no_eos.json", json.dumps(no_eos)), "has no '<|endoftext|>' special token"),
+        (tmp_path, "is a folder, expected a file"),
+    ]
+    for path, message in cases:
+        out = tmp_path / "o"
+        with pytest.raises(DataError, match=re.escape(message)):
+            prepare(text_file, path, out, workers=1)
+        assert not out.exists()
 
 
 def test_reuse_of_a_corrupted_dataset_is_an_error(text_file, tokenizer_path, tmp_path):

@@ -64,8 +64,13 @@ def test_jsonl_without_the_field_names_file_and_line(tmp_path):
 def test_jsonl_bad_json_and_non_string_field(tmp_path):
     path = tmp_path / "d.jsonl"
     path.write_text('{"text": "ok"}\n{"text": \n')
-    with pytest.raises(DataError, match=r"d\.jsonl:2: invalid JSON"):
+    with pytest.raises(DataError, match=r"d\.jsonl: not valid JSON at line 2 column 10: Expecting"):
         list(open_source(path))
+    # json's message ends in "starting at"; the position was cut off, leaving "... at"
+    path.write_text('{"text": "ok"}\n\n{"text": "no closing quote}\n')
+    with pytest.raises(DataError) as e:
+        list(open_source(path))
+    assert str(e.value).endswith("d.jsonl: not valid JSON at line 3 column 10: Unterminated string")
     path.write_text('{"text": 3}\n')
     with pytest.raises(DataError, match=r"d\.jsonl:1: field 'text' is int, expected a string"):
         list(open_source(path))
@@ -167,8 +172,31 @@ def test_unreadable_parquet_arrow_and_jsonl_bytes(tmp_path):
         with pytest.raises(DataError, match=re.escape(f"{name}: {message}")):
             list(open_source(tmp_path / name))
     (tmp_path / "d.jsonl").write_bytes(b'{"text": "ok"}\n{"text": "\xff"}\n')
-    with pytest.raises(DataError, match=r"d\.jsonl:2: not valid UTF-8 at byte 10"):
+    with pytest.raises(DataError, match=r"d\.jsonl:2: not UTF-8 text \(byte 0xff at column 11\)"):
         list(open_source(tmp_path / "d.jsonl"))
+
+
+def test_deeply_nested_jsonl_record_is_one_line(tmp_path):
+    """A RecursionError traceback before."""
+    path = tmp_path / "d.jsonl"
+    deep = "[" * 100_000 + "]" * 100_000
+    path.write_text('{"text": "ok"}\n{"text": "x", "meta": ' + deep + "}\n")
+    with pytest.raises(DataError, match=r"d\.jsonl: not valid JSON for this reader: .* nested"):
+        list(open_source(path))
+
+
+def test_paths_that_are_neither_file_nor_folder(tmp_path):
+    """A device or a broken symlink was "source not found"; now the error says what is there."""
+    (tmp_path / "loop1").symlink_to(tmp_path / "loop2")
+    (tmp_path / "loop2").symlink_to(tmp_path / "loop1")
+    with pytest.raises(DataError, match="source '.*loop1' cannot be opened: Too many levels"):
+        open_source(tmp_path / "loop1")
+    (tmp_path / "dangling.txt").symlink_to(tmp_path / "nowhere.txt")
+    with pytest.raises(DataError, match="dangling.txt' does not exist \\(a symlink to nothing"):
+        open_source(tmp_path / "dangling.txt")
+    if Path("/dev/zero").exists():
+        with pytest.raises(DataError, match="source '/dev/zero' is not a regular file"):
+            open_source("/dev/zero")
 
 
 def test_single_python_file_is_one_document(tmp_path):

@@ -135,6 +135,30 @@ REFUSALS = [
     (lambda d: d["model"]["merges"].append(["x", "q"]), "token 'xq' is not in model.vocab"),
     (lambda d: d["model"]["vocab"].pop("Ġ"), "byte 0x20"),
     (lambda d: d["model"]["vocab"].update({"\u4e00": 99999}), "ByteLevel|neither a byte"),
+    # wrong JSON types where an object or an id belongs (an AttributeError or TypeError before)
+    (lambda d: d.update(added_tokens=[1]), "added_tokens\\[0\\]': expected a JSON object"),
+    (lambda d: d.update(added_tokens={}), "added_tokens': expected a list, got dict"),
+    (lambda d: d.update(post_processor=[1]), "post_processor': expected a JSON object, got list"),
+    (
+        lambda d: d.update(pre_tokenizer={"type": "Sequence", "pretokenizers": [1, 2]}),
+        "pretokenizers\\[0\\]': expected a JSON object, got int",
+    ),
+    (
+        lambda d: d.update(
+            pre_tokenizer={
+                "type": "Sequence",
+                "pretokenizers": [
+                    {"type": "Split", "pattern": "x", "behavior": "Isolated"},
+                    {"type": "ByteLevel", "use_regex": False},
+                ],
+            }
+        ),
+        "pretokenizers\\[0\\].pattern': expected \\{'Regex': str\\}",
+    ),
+    (lambda d: d["model"]["vocab"].update({"zz": "x"}), "entry 'zz' has id 'x', expected an int"),
+    (lambda d: d["model"]["vocab"].update({"Ġ": -5}), "entry 'Ġ' has id -5, expected an int >= 0"),
+    (lambda d: d["model"]["merges"].append(["x", None]), "token None is not in model.vocab"),
+    (lambda d: d["added_tokens"][0].update(id=True), "an integer 'id' >= 0"),
     # a table BpeTable refuses: the error names the file too
     (
         lambda d: d["model"]["merges"].append(d["model"]["merges"][0]),
@@ -163,5 +187,11 @@ def test_missing_and_corrupt_files(tmp_path):
         Tokenizer.load(binary)
     other = tmp_path / "other.json"
     other.write_text("[1, 2]", encoding="utf-8")
-    with pytest.raises(TokenizerFileError, match="not a tokenizer.json"):
+    with pytest.raises(TokenizerFileError, match="top level is a JSON list.*not a tokenizer.json"):
         Tokenizer.load(other)
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"model": ' + "[" * 100_000 + "]" * 100_000 + "}", encoding="utf-8")
+    with pytest.raises(TokenizerFileError, match="deep.json: not valid JSON for this reader"):
+        Tokenizer.load(deep)
+    with pytest.raises(IsADirectoryError, match="is a folder"):
+        Tokenizer.load(tmp_path)

@@ -24,7 +24,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--tokenizer", required=True, type=Path, help="tokenizer.json")
     p.add_argument("--out", required=True, type=Path, help="output folder")
-    p.add_argument("--val-fraction", type=float, default=0.05)
+    p.add_argument(
+        "--val-fraction",
+        type=float,
+        default=0.05,
+        help="share of documents held out for validation, in [0, 1); 0: no val documents",
+    )
     p.add_argument("--workers", type=int, default=2, help="tokenizer worker processes")
     p.add_argument("--min-chars", type=int, default=1)
     p.add_argument("--max-chars", type=int, default=None)

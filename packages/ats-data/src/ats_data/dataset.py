@@ -51,9 +51,14 @@ class ShardDataset:
         self.tokenizer_sha256: str = _field(where + " tokenizer", tok, "sha256", str)
         self.vocab_size: int = _field(where + " tokenizer", tok, "vocab_size", int)
         self.eos_id: int = _field(where + " tokenizer", tok, "eos_id", int)
-        if self.vocab_size > np.iinfo(self.dtype).max + 1:
+        if not 1 <= self.vocab_size <= np.iinfo(self.dtype).max + 1:
             raise DataError(
-                f"{where}: vocab_size {self.vocab_size} does not fit dtype {dtype_name}"
+                f"{where}: vocab_size {self.vocab_size} must be in [1, "
+                f"{np.iinfo(self.dtype).max + 1}] (dtype {dtype_name})"
+            )
+        if not 0 <= self.eos_id < self.vocab_size:
+            raise DataError(
+                f"{where}: eos_id {self.eos_id} must be in [0, vocab_size {self.vocab_size})"
             )
         splits = _field(where, self.index, "splits", dict)
         self._shards: dict[str, list[np.memmap]] = {}
@@ -78,7 +83,13 @@ class ShardDataset:
             raise DataError(f"{where}: file {name!r} must be a plain file name")
         num_tokens = _field(where, shard, "num_tokens", int)
         digest = _field(where, shard, "sha256", str)
-        offsets = np.asarray(_field(where, shard, "doc_offsets", list), dtype=np.int64)
+        offsets_list = _field(where, shard, "doc_offsets", list)
+        # checked before numpy sees them: a cast would turn a bool into 0 or 1, a float or an int
+        # beyond int64 into an inexact value, or raise without naming the field
+        if not offsets_list or not all(type(o) is int and 0 <= o < 2**63 for o in offsets_list):
+            raise DataError(
+                f"{where}: doc_offsets must be a non-empty list of integers in [0, 2**63)"
+            )
         file = self.path / name
         if not file.is_file():
             raise DataError(f"shard {file} not found (listed in {self.path / INDEX_NAME})")
@@ -89,7 +100,8 @@ class ShardDataset:
                 f"shard {file} is {actual} bytes, expected {expected} "
                 f"({num_tokens} tokens x {self.dtype.itemsize} bytes): truncated or corrupted"
             )
-        if len(offsets) == 0 or offsets[0] != 0 or np.any(np.diff(offsets) <= 0):
+        offsets = np.asarray(offsets_list, dtype=np.int64)
+        if offsets[0] != 0 or np.any(np.diff(offsets) <= 0):
             raise DataError(f"{where}: doc_offsets must start at 0 and increase strictly")
         if offsets[-1] >= num_tokens:
             raise DataError(f"{where}: doc_offsets end at {offsets[-1]} >= num_tokens {num_tokens}")

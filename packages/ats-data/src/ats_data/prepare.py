@@ -26,6 +26,7 @@ from ats_data.shards import (
     SHARD_NAME,
     TOKENIZER_NAME,
     ShardWriter,
+    check_workers,
     load_tokenizer,
     make_index,
     read_index,
@@ -127,6 +128,7 @@ def prepare(
     dataset there with another key is an error unless overwrite=True.
     """
     config = PrepareConfig(val_fraction, min_chars, max_chars, text_field, hash_algo, shard_tokens)
+    check_workers(workers)
     src = source if isinstance(source, Source) else open_source(source, text_field=text_field)
     tokenizer_path = Path(tokenizer_path)
     tokenizer = load_tokenizer(tokenizer_path)
@@ -174,8 +176,9 @@ def prepare(
             )
         if config.val_fraction > 0 and num_docs["val"] == 0:
             raise DataError(
-                f"source {src.spec} gave no validation documents: {num_docs['train']} documents "
-                f"at val_fraction {config.val_fraction}; use more documents or val_fraction=0"
+                f"source {src.spec} gave no validation documents: {num_docs['train']} documents, "
+                f"each in val with probability val_fraction = {config.val_fraction}; use a "
+                "source with more documents or a larger val_fraction"
             )
     except BaseException:
         for w in writers.values():

@@ -21,6 +21,9 @@ from pathlib import Path
 
 import numpy as np
 from ats_tokenizer import Tokenizer
+from ats_tokenizer.hf_json import TokenizerFileError
+from ats_tokenizer.inputs import check_input_file, decode_utf8, parse_json
+from ats_tokenizer.tokenizer import EOS_TOKEN
 
 from ats_data.errors import DataError
 
@@ -47,9 +50,16 @@ def token_dtype_name(vocab_size: int) -> str:
 def load_tokenizer(path: Path, expected_sha256: str | None = None) -> Tokenizer:
     """Load an ats_tokenizer.Tokenizer from tokenizer.json, optionally checking its hash (the
     file must not change between the parent's look and a worker's)."""
-    if not Path(path).is_file():
-        raise DataError(f"tokenizer not found: {path}")
-    tokenizer = Tokenizer.load(path)
+    try:
+        check_input_file(path, "tokenizer")  # missing, a folder, a symlink loop, a device
+        tokenizer = Tokenizer.load(path)
+    except (OSError, TokenizerFileError) as e:
+        raise DataError(str(e)) from None
+    if EOS_TOKEN not in tokenizer.special_tokens:
+        raise DataError(
+            f"tokenizer {path} has no {EOS_TOKEN!r} special token (it has "
+            f"{sorted(tokenizer.special_tokens)}); shards end every document with it"
+        )
     if expected_sha256 is not None and tokenizer.sha256() != expected_sha256:
         raise DataError(
             f"tokenizer {path} changed during prepare: sha256 {tokenizer.sha256()} "
@@ -87,6 +97,15 @@ def _chunks(docs: Iterable[tuple[str, str]]) -> Iterator[list[tuple[str, str]]]:
         yield chunk
 
 
+def check_workers(workers: int) -> None:
+    """More workers than 4 per core only wait, and an unbounded count can exhaust the host."""
+    cores = os.cpu_count() or 1
+    if not 1 <= workers <= 4 * cores:
+        raise DataError(
+            f"workers must be in [1, {4 * cores}] (4 per core, {cores} cores), got {workers}"
+        )
+
+
 def tokenize_documents(
     docs: Iterable[tuple[str, str]],
     tokenizer_path: Path,
@@ -94,8 +113,7 @@ def tokenize_documents(
     workers: int,
 ) -> Iterator[tuple[str, np.ndarray]]:
     """Yield (split, token ids + EOS) for each (split, text), in input order."""
-    if workers < 1:
-        raise DataError(f"workers must be >= 1, got {workers}")
+    check_workers(workers)
     if workers == 1:
         tokenizer = load_tokenizer(tokenizer_path, tokenizer_sha256)
         for chunk in _chunks(docs):
@@ -244,10 +262,7 @@ def read_index(dataset_dir: Path) -> dict:
         raise DataError(f"dataset folder not found: {dataset_dir}")
     if not path.is_file():
         raise DataError(f"{path} not found (not a prepared dataset, or prepare did not finish)")
-    try:
-        index = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise DataError(f"{path}: not valid JSON: {e}") from None
+    index = parse_json(decode_utf8(path.read_bytes(), str(path), DataError), str(path), DataError)
     if not isinstance(index, dict):
         raise DataError(f"{path}: expected a JSON object, got {type(index).__name__}")
     return index

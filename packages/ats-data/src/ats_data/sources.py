@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from ats_tokenizer.inputs import check_input_file, parse_json
 
 from ats_data.errors import DataError
 
@@ -127,6 +128,11 @@ def open_source(spec: str | Path, *, text_field: str = "text") -> Source:
         )
     if path.is_file():
         return Source(spec, (SourceFile(path, _kind_for(path, single=True), text_field),))
+    if path.exists() or path.is_symlink():
+        try:
+            check_input_file(path, "source")  # a device, a symlink loop or to nothing
+        except OSError as e:
+            raise DataError(str(e)) from None
     raise DataError(f"source not found: {spec} (no such file, folder or glob match)")
 
 
@@ -194,13 +200,14 @@ def _read_jsonl(path: Path, text_field: str) -> Iterator[str]:
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                raise DataError(f"{path}:{lineno}: not valid UTF-8 at byte {e.start}") from None
+                raise DataError(
+                    f"{path}:{lineno}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column "
+                    f"{e.start + 1})"
+                ) from None
             if not line.strip():
                 continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{path}:{lineno}: invalid JSON: {e.msg}") from None
+            # without its line end, an error at the end of the record stays on its own line
+            record = parse_json(line.rstrip("\r\n"), str(path), DataError, line=lineno)
             if not isinstance(record, dict):
                 raise DataError(
                     f"{path}:{lineno}: expected a JSON object, got {type(record).__name__}"

@@ -140,8 +140,14 @@ def build_encoder(table: BpeTable, pattern: str, backend: Backend) -> Encoder:
 
 
 def default_threads(num_threads: int | None) -> int:
+    """num_threads, or every core when None. More than 4 per core only adds threads (or, for the
+    Python backend, processes) that wait, and an unbounded count can exhaust the host."""
+    cores = os.cpu_count() or 1
     if num_threads is None:
-        return os.cpu_count() or 1
-    if num_threads < 1:
-        raise ValueError(f"num_threads must be >= 1, got {num_threads}")
+        return cores
+    if not 1 <= num_threads <= 4 * cores:
+        raise ValueError(
+            f"num_threads must be in [1, {4 * cores}] (4 per core, {cores} cores), "
+            f"got {num_threads}"
+        )
     return num_threads

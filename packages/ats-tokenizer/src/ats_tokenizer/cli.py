@@ -6,9 +6,14 @@ Bad input exits with status 2 and one line on stderr, no traceback.
 import argparse
 import json
 import logging
+import os
+import shlex
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
+from ats_tokenizer.inputs import decode_utf8, parse_json
+from ats_tokenizer.special import DisallowedSpecialError, SpecialSpec
 from ats_tokenizer.tokenizer import EOS_TOKEN, Tokenizer
 
 
@@ -27,11 +32,29 @@ def _parser() -> argparse.ArgumentParser:
     )
     train.add_argument("--backend", choices=["auto", "python", "native"], default="auto")
 
-    encode = sub.add_parser("encode", help="print the ids of text (stdin or --text) as JSON")
+    train.add_argument("--force", action="store_true", help="replace an existing --out file")
+
+    encode = sub.add_parser(
+        "encode",
+        help="print the ids of text (stdin or --text) as JSON",
+        description="Special-token strings in the text follow tiktoken's allowed_special / "
+        "disallowed_special rules: allowed ones become their ids, disallowed ones are an error, "
+        "any other is encoded as plain text.",
+    )
     encode.add_argument("--tokenizer", required=True, help="tokenizer.json")
-    encode.add_argument("--text", help="text to encode (default: read stdin)")
+    encode.add_argument("--text", help="text to encode (default: read stdin as UTF-8)")
     encode.add_argument(
-        "--allow-special", action="store_true", help="turn special-token strings into their ids"
+        "--allowed-special",
+        default="none",
+        metavar="all|none|TOKEN,...",
+        help="special tokens whose strings become their ids (default: none)",
+    )
+    encode.add_argument(
+        "--disallowed-special",
+        default="all",
+        metavar="all|none|TOKEN,...",
+        help="special tokens whose strings are an error; 'all' means every one not allowed "
+        "(default); 'none' encodes them all as plain text",
     )
 
     decode = sub.add_parser("decode", help="print the text of a JSON list of ids")
@@ -40,8 +63,59 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _special_arg(flag: str, value: str, tok: Tokenizer) -> SpecialSpec:
+    """--allowed-special / --disallowed-special: 'all', 'none' or comma-separated token names."""
+    if value == "all":
+        return "all"
+    if value == "none":
+        return ()
+    names = value.split(",")
+    unknown = [n for n in names if n not in tok.special_tokens]
+    if unknown:
+        raise ValueError(
+            f"{flag} names {unknown}, which are not special tokens of this tokenizer; expected "
+            f"all, none or a comma-separated list of {sorted(tok.special_tokens)}"
+        )
+    return names
+
+
+def _encode(args: argparse.Namespace) -> list[int]:
+    tok = Tokenizer.load(args.tokenizer)
+    allowed = _special_arg("--allowed-special", args.allowed_special, tok)
+    disallowed = _special_arg("--disallowed-special", args.disallowed_special, tok)
+    if args.text is not None:
+        # argv bytes that are not UTF-8 arrive as surrogate escapes; name them as bytes
+        text = decode_utf8(os.fsencode(args.text), "--text")
+    else:
+        text = decode_utf8(sys.stdin.buffer.read(), "stdin")
+    try:
+        return tok.encode(text, allowed_special=allowed, disallowed_special=disallowed)
+    except DisallowedSpecialError as err:
+        token = shlex.quote(err.token)
+        raise ValueError(
+            f"the text holds the special token {err.token!r} at index {err.index}, which "
+            f"--disallowed-special forbids: pass --allowed-special {token} (or all) to encode it "
+            "as its id, or --disallowed-special none to encode it as plain text"
+        ) from None
+
+
+def _check_out(out: Path, input_paths: Sequence[str], force: bool) -> None:
+    """Refuse, before any training, an --out that would overwrite an input or another file."""
+    if out.is_dir():
+        raise IsADirectoryError(f"--out {out} is a folder; give the path of the file to write")
+    if out.exists():
+        for path in input_paths:
+            if Path(path).exists() and out.samefile(path):
+                raise ValueError(f"--out {out} is also an --input: refusing to write over it")
+        if not force:
+            raise FileExistsError(f"--out {out} already exists: pass --force to replace it")
+    if not out.parent.is_dir():
+        raise FileNotFoundError(f"--out {out}: folder {out.parent} does not exist")
+
+
 def _run(args: argparse.Namespace) -> None:
     if args.command == "train":
+        _check_out(Path(args.out), args.input, args.force)
         tok = Tokenizer.train_from_files(
             args.input,
             args.vocab_size,
@@ -52,16 +126,13 @@ def _run(args: argparse.Namespace) -> None:
         tok.save(args.out)
         print(f"wrote {args.out}: vocab_size={tok.vocab_size} sha256={tok.sha256()}")
     elif args.command == "encode":
-        tok = Tokenizer.load(args.tokenizer)
-        text = args.text if args.text is not None else sys.stdin.read()
-        print(json.dumps(tok.encode(text, allowed_special="all" if args.allow_special else ())))
+        print(json.dumps(_encode(args)))
     else:
         tok = Tokenizer.load(args.tokenizer)
-        raw = args.ids if args.ids is not None else sys.stdin.read()
-        try:
-            ids = json.loads(raw)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"--ids is not valid JSON ({err})") from None
+        if args.ids is not None:
+            ids = parse_json(args.ids, "--ids")
+        else:
+            ids = parse_json(decode_utf8(sys.stdin.buffer.read(), "stdin"), "stdin")
         if not isinstance(ids, list) or not all(type(i) is int for i in ids):
             raise ValueError("--ids must be a JSON list of integers")
         sys.stdout.write(tok.decode(ids))

@@ -13,6 +13,8 @@ from os import PathLike
 
 import regex
 
+from ats_tokenizer.inputs import check_input_file
+
 CHUNK_CHARS = 1 << 20  # target size of a file chunk
 BATCH_CHARS = 1 << 22  # characters handed to the word counter between prunes
 _LAST_CUT = regex.compile(r"(?r)\S\n(?=\S)")  # (?r): search from the end
@@ -26,19 +28,16 @@ def iter_file_chunks(
         decoder = codecs.getincrementaldecoder("utf-8")(errors="strict")
         pending = ""
         offset = 0
-        try:
-            with open(path, "rb") as f:
-                while block := f.read(chunk_chars):
-                    pending += _decode(decoder, block, path, offset)
-                    offset += len(block)
-                    if len(pending) >= chunk_chars:
-                        cut = _LAST_CUT.search(pending)
-                        if cut is not None:
-                            yield pending[: cut.end()]
-                            pending = pending[cut.end() :]
-                pending += _decode(decoder, b"", path, offset, final=True)
-        except FileNotFoundError:
-            raise FileNotFoundError(f"training input {str(path)!r} does not exist") from None
+        with check_input_file(path, "training input").open("rb") as f:
+            while block := f.read(chunk_chars):
+                pending += _decode(decoder, block, path, offset)
+                offset += len(block)
+                if len(pending) >= chunk_chars:
+                    cut = _LAST_CUT.search(pending)
+                    if cut is not None:
+                        yield pending[: cut.end()]
+                        pending = pending[cut.end() :]
+            pending += _decode(decoder, b"", path, offset, final=True)
         if pending:
             yield pending
 

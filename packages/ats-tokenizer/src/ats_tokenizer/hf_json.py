@@ -104,6 +104,14 @@ def _fail(source: str, field: str, problem: str) -> TokenizerFileError:
     return TokenizerFileError(f"{source}: field '{field}': {problem}")
 
 
+def _object(node: Any, source: str, field: str) -> dict[str, Any]:
+    if not isinstance(node, dict):
+        raise _fail(
+            source, field, f"expected a JSON object, got {type(node).__name__} {node!r:.60}"
+        )
+    return node
+
+
 def _byte_level(node: dict[str, Any], source: str, field: str, use_regex: bool) -> None:
     if node.get("add_prefix_space", False):
         raise _fail(source, f"{field}.add_prefix_space", "true is not supported (must be false)")
@@ -122,10 +130,12 @@ def _pattern(pre: Any, source: str) -> str:
         steps = pre.get("pretokenizers")
         if not (isinstance(steps, list) and len(steps) == 2):
             raise _fail(source, "pre_tokenizer.pretokenizers", "expected [Split, ByteLevel]")
-        split, byte_level = steps
+        split = _object(steps[0], source, "pre_tokenizer.pretokenizers[0]")
+        byte_level = _object(steps[1], source, "pre_tokenizer.pretokenizers[1]")
         if split.get("type") != "Split" or byte_level.get("type") != "ByteLevel":
             raise _fail(source, "pre_tokenizer.pretokenizers", "expected [Split, ByteLevel]")
-        regex_pattern = split.get("pattern", {}).get("Regex")
+        pattern = split.get("pattern")
+        regex_pattern = pattern.get("Regex") if isinstance(pattern, dict) else None
         if not isinstance(regex_pattern, str):
             raise _fail(source, "pre_tokenizer.pretokenizers[0].pattern", "expected {'Regex': str}")
         if split.get("behavior") != "Isolated" or split.get("invert", False):
@@ -156,13 +166,18 @@ def _check_model(model: Any, source: str) -> None:
 
 
 def from_hf_dict(data: Any, source: str) -> LoadedBpe:
-    if not isinstance(data, dict) or "model" not in data:
+    if not isinstance(data, dict):
+        raise TokenizerFileError(
+            f"{source}: the top level is a JSON {type(data).__name__}, expected an object: "
+            "this is not a tokenizer.json"
+        )
+    if "model" not in data:
         raise _fail(source, "model", "missing: this is not a tokenizer.json")
     for key in ("normalizer", "truncation", "padding"):
         if data.get(key) is not None:
             raise _fail(source, key, f"{data[key]!r} is not supported (must be null)")
     post = data.get("post_processor")
-    if post is not None and post.get("type") != "ByteLevel":
+    if post is not None and _object(post, source, "post_processor").get("type") != "ByteLevel":
         raise _fail(source, "post_processor", f"type {post.get('type')!r} is not supported")
     decoder = data.get("decoder")
     if not isinstance(decoder, dict) or decoder.get("type") != "ByteLevel":
@@ -171,18 +186,29 @@ def from_hf_dict(data: Any, source: str) -> LoadedBpe:
     model = data["model"]
     _check_model(model, source)
     vocab: dict[str, int] = model["vocab"]
+    for token, tid in vocab.items():
+        if type(tid) is not int or tid < 0:
+            raise _fail(
+                source, "model.vocab", f"entry {token!r} has id {tid!r}, expected an int >= 0"
+            )
 
     special_tokens: dict[str, int] = {}
-    for i, tok in enumerate(data.get("added_tokens") or []):
+    added_tokens = data.get("added_tokens")
+    if added_tokens is None:
+        added_tokens = []
+    if not isinstance(added_tokens, list):
+        raise _fail(source, "added_tokens", f"expected a list, got {type(added_tokens).__name__}")
+    for i, tok in enumerate(added_tokens):
         field = f"added_tokens[{i}]"
+        _object(tok, source, field)
         if not tok.get("special", False):
             raise _fail(source, f"{field}.special", "non-special added tokens are not supported")
         for flag in ("lstrip", "rstrip", "single_word"):
             if tok.get(flag, False):
                 raise _fail(source, f"{field}.{flag}", "true is not supported")
         content, tid = tok.get("content"), tok.get("id")
-        if not isinstance(content, str) or not content or not isinstance(tid, int):
-            raise _fail(source, field, "needs a non-empty 'content' and an integer 'id'")
+        if not isinstance(content, str) or not content or type(tid) is not int or tid < 0:
+            raise _fail(source, field, "needs a non-empty 'content' and an integer 'id' >= 0")
         if content in vocab and vocab[content] != tid:
             raise _fail(source, field, f"{content!r} has id {tid} but vocab gives {vocab[content]}")
         special_tokens[content] = tid
@@ -205,8 +231,8 @@ def from_hf_dict(data: Any, source: str) -> LoadedBpe:
         if len(parts) != 2:
             raise _fail(source, field, f"expected two tokens, got {entry!r}")
         left, right = parts
-        merged = lookup(left + right, field) if isinstance(left, str) else lookup(left, field)
-        merges.append((lookup(left, field), lookup(right, field), merged))
+        left_id, right_id = lookup(left, field), lookup(right, field)
+        merges.append((left_id, right_id, lookup(left + right, field)))
 
     produced = set(byte_ids) | {m for _, _, m in merges}
     special_ids = set(special_tokens.values())

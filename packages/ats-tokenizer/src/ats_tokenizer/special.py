@@ -9,6 +9,20 @@ import regex
 SpecialSpec = Literal["all"] | Collection[str]
 
 
+class DisallowedSpecialError(ValueError):
+    """Text spells a disallowed special token; the message names the Python arguments (the CLI
+    names its flags instead, from `token` and `index`)."""
+
+    def __init__(self, token: str, index: int) -> None:
+        self.token = token
+        self.index = index
+        super().__init__(
+            f"text holds the special token {token!r} at index {index}, which is disallowed: pass "
+            "allowed_special={...} to encode it as a special token, or disallowed_special=() to "
+            "encode it as ordinary text"
+        )
+
+
 def resolve_special(
     specials: dict[str, int], allowed_special: SpecialSpec, disallowed_special: SpecialSpec
 ) -> tuple[frozenset[str], frozenset[str]]:
@@ -46,11 +60,7 @@ class SpecialMatcher:
             return
         match = self._disallowed.search(text)
         if match is not None:
-            raise ValueError(
-                f"text holds the special token {match.group()!r} at index {match.start()}, which "
-                "is disallowed: pass allowed_special={...} to encode it as a special token, or "
-                "disallowed_special=() to encode it as ordinary text"
-            )
+            raise DisallowedSpecialError(match.group(), match.start())
 
     def split(self, text: str) -> Iterator[tuple[str, bool]]:
         """Yields (piece, is_special) in order; no piece is empty."""

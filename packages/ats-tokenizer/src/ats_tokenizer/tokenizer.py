@@ -6,14 +6,14 @@ Loaded HF files may use any layout; ids must be dense (0..vocab_size-1) either w
 
 import hashlib
 import importlib
-import json
 import operator
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from os import PathLike
 from pathlib import Path
 from typing import Any
 
-from ats_tokenizer import chat, corpus, hf_json, tiktoken_export
+from ats_tokenizer import chat, corpus, hf_json, inputs, tiktoken_export
 from ats_tokenizer.backend import Backend, build_encoder, choose_backend, default_threads
 from ats_tokenizer.bpe import BpeTable
 from ats_tokenizer.hf_json import TokenizerFileError
@@ -115,16 +115,7 @@ class Tokenizer:
     def load(cls, path: str | PathLike[str], *, backend: Backend = "auto") -> "Tokenizer":
         """Read a HF tokenizer.json (ours or HF's byte-level BPE)."""
         source = str(path)
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise FileNotFoundError(f"tokenizer file {source!r} does not exist") from None
-        except UnicodeDecodeError as err:
-            raise TokenizerFileError(f"{source}: not UTF-8 text (byte {err.start})") from None
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise TokenizerFileError(f"{source}: not valid JSON ({err})") from None
+        data = inputs.read_json_file(path, "tokenizer file", TokenizerFileError)
         loaded = hf_json.from_hf_dict(data, source)
         try:
             return cls(
@@ -244,7 +235,15 @@ class Tokenizer:
         return hf_json.dumps(obj)
 
     def save(self, path: str | PathLike[str]) -> None:
-        Path(path).write_text(self.to_json(), encoding="utf-8")
+        """Write tokenizer.json through a temp file in the same folder and a rename: a crash or a
+        full disk leaves the old file (or none), never a half-written one."""
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        try:
+            tmp.write_text(self.to_json(), encoding="utf-8")
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
 
     def sha256(self) -> str:
         return hashlib.sha256(self.to_json().encode("utf-8")).hexdigest()
