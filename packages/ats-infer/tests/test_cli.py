@@ -1,6 +1,7 @@
 """cli.py as a user runs it (a subprocess): the three commands, --help, and one-line errors."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -75,3 +76,19 @@ def test_generate_is_greedy_and_engines_agree(trained_dense_dir, engine) -> None
     assert result.returncode == 0, result.stderr
     again = ats_infer(*args, "--max-new-tokens", "16", "--engine", "torch")
     assert result.stdout == again.stdout and result.stdout.strip()
+
+
+@pytest.mark.parametrize("engine", ["torch", "native"])
+def test_threads_and_seed_out_of_range_exit_with_one_line(trained_dense_dir, engine) -> None:
+    """--threads 100000 once started >32k threads; a negative --seed was a nanobind TypeError
+    (test_engine.py checks the bounds themselves)."""
+    if engine == "native":
+        pytest.importorskip("ats_native")
+    args = ["generate", trained_dense_dir, "--prompt", "x", "--engine", engine]
+    assert_one_line_error(
+        ats_infer(*args, "--threads", "100000"),
+        f"threads = 100000: expected an integer 0 (all cores) to {4 * os.cpu_count()}",
+    )
+    assert_one_line_error(
+        ats_infer(*args, "--seed", "-1"), "seed = -1: expected an integer 0 to 2**64 - 1"
+    )

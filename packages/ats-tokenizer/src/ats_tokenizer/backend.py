@@ -139,9 +139,18 @@ def build_encoder(table: BpeTable, pattern: str, backend: Backend) -> Encoder:
     return PythonEncoder(table, pattern)
 
 
+# the most workers encode_batch starts: 4 per CPU, as ats_native bounds its threads (more only
+# exhausts the host's process limit)
+THREADS_PER_CPU = 4
+
+
 def default_threads(num_threads: int | None) -> int:
+    cpus = os.cpu_count() or 1
     if num_threads is None:
-        return os.cpu_count() or 1
-    if num_threads < 1:
-        raise ValueError(f"num_threads must be >= 1, got {num_threads}")
+        return cpus
+    if not 1 <= num_threads <= THREADS_PER_CPU * cpus:
+        raise ValueError(
+            f"num_threads = {num_threads}: expected 1 to {THREADS_PER_CPU * cpus} "
+            f"({THREADS_PER_CPU} per CPU)"
+        )
     return num_threads
