@@ -17,7 +17,9 @@
 #include "ats/matmul.h"
 #include "ats/model.h"
 #include "ats/sampler.h"
+#include "ats/threads.h"
 #include "model_bindings.h"
+#include "threads_arg.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -72,6 +74,24 @@ Ids to_ids(nb::handle obj, int32_t vocab, const char *what) {
         out.data[(size_t)i] = (int32_t)p[i];
     }
     return out;
+}
+
+// A sampling seed: any Python int 0 .. 2**64 - 1 (the generator's whole seed space); a negative or
+// larger one, or a non-int, is a ValueError naming it (not nanobind's TypeError).
+uint64_t seed_arg(nb::handle seed) {
+    if (!PyLong_Check(seed.ptr()) || PyBool_Check(seed.ptr())) {
+        throw nb::value_error(("seed = " + std::string(nb::str(nb::repr(seed)).c_str()) +
+                               ": expected an integer 0 to 2**64 - 1")
+                                  .c_str());
+    }
+    unsigned long long v = PyLong_AsUnsignedLongLong(seed.ptr());
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        throw nb::value_error(("seed = " + std::string(nb::str(seed).c_str()) +
+                               ": expected an integer 0 to 2**64 - 1")
+                                  .c_str());
+    }
+    return (uint64_t)v;
 }
 
 ats_sampler *make_sampler(float temperature, int32_t top_k, float top_p, uint64_t seed, int32_t vocab) {
@@ -153,14 +173,18 @@ void bind_model(nb::module_ &m) {
         },
         "CPU SIMD features and the kernel set chosen for them (avx512 / avx2 / neon / scalar).");
 
+    m.def("threads_max", &ats_threads_max,
+          "The most threads one call (Model, encode_batch, ...) may use: 4 x the hardware threads.");
+
     m.def(
         "cpu_peak",
-        [](const std::string &kind, int threads, double seconds) {
+        [](const std::string &kind, int64_t threads, double seconds) {
+            const int n_threads = thread_count_arg(threads);
             char err[512];
             double rate;
             {
                 nb::gil_scoped_release release;
-                rate = ats_cpu_peak(kind.c_str(), threads, seconds, err, sizeof err);
+                rate = ats_cpu_peak(kind.c_str(), n_threads, seconds, err, sizeof err);
             }
             if (rate < 0) raise_value_error(err);
             return rate;
@@ -175,7 +199,7 @@ void bind_model(nb::module_ &m) {
         [](nb::ndarray<nb::numpy, nb::c_contig, nb::device::cpu> codes,
            nb::ndarray<nb::numpy, const float, nb::c_contig, nb::device::cpu> scale,
            nb::ndarray<nb::numpy, const float, nb::ndim<2>, nb::c_contig, nb::device::cpu> x,
-           int bits, int group, const std::string &kernels, int threads) {
+           int bits, int group, const std::string &kernels, int64_t threads) {
             if (codes.ndim() != 2) throw nb::value_error("codes must be 2-D (rows, bytes per row)");
             if (bits == 8 && codes.dtype() != nb::dtype<int8_t>()) throw nb::type_error("bits 8: codes must be int8");
             if (bits == 4 && codes.dtype() != nb::dtype<uint8_t>()) throw nb::type_error("bits 4: codes must be uint8");
@@ -196,7 +220,7 @@ void bind_model(nb::module_ &m) {
                                           .c_str());
             }
             std::unique_ptr<float[]> y(new float[(size_t)(n * rows)]);
-            ats_matmul_params p{kernels.c_str(), threads, bits, group};
+            ats_matmul_params p{kernels.c_str(), thread_count_arg(threads), bits, group};
             char err[512];
             int rc;
             {
@@ -223,9 +247,8 @@ void bind_model(nb::module_ &m) {
     nb::class_<Model>(m, "Model", "An ATS model directory loaded by the native runtime.")
         .def(
             "__init__",
-            [](Model *self, const std::string &path, int threads, const std::string &kernels) {
-                if (threads < 0) throw nb::value_error("threads must be >= 0 (0 = all cores)");
-                ats_model_params p{path.c_str(), threads, kernels.c_str()};
+            [](Model *self, const std::string &path, int64_t threads, const std::string &kernels) {
+                ats_model_params p{path.c_str(), thread_count_arg(threads), kernels.c_str()};
                 char err[1024];
                 ats_model *mm;
                 {
@@ -275,7 +298,7 @@ void bind_model(nb::module_ &m) {
         .def(
             "generate",
             [](nb::handle self_h, nb::handle ids, int32_t max_new_tokens, float temperature,
-               int32_t top_k, float top_p, uint64_t seed, nb::handle stop_tokens) {
+               int32_t top_k, float top_p, nb::handle seed, nb::handle stop_tokens) {
                 Model &self = nb::cast<Model &>(self_h);
                 int32_t V = ats_model_vocab_size(self.m);
                 Ids in = to_ids(ids, V, "ids");
@@ -292,7 +315,7 @@ void bind_model(nb::module_ &m) {
                 std::unique_ptr<Generation> guard(g);
                 g->owner = nb::borrow(self_h);
                 g->model = &self;
-                g->sampler = make_sampler(temperature, top_k, top_p, seed, V);
+                g->sampler = make_sampler(temperature, top_k, top_p, seed_arg(seed), V);
                 g->stops = to_list(stop_tokens, "stop_tokens");
                 g->prompt = in.data;
                 g->max_new = max_new_tokens;
@@ -302,12 +325,13 @@ void bind_model(nb::module_ &m) {
                 return nb::cast(guard.release(), nb::rv_policy::take_ownership);
             },
             "ids"_a, "max_new_tokens"_a, "temperature"_a = 0.0f, "top_k"_a = 0, "top_p"_a = 1.0f,
-            "seed"_a = 0, "stop_tokens"_a = nb::tuple(),
+            "seed"_a = nb::int_(0), "stop_tokens"_a = nb::tuple(),
             "Iterator of new token ids: prefill, then one decode step per id (KV cache).")
         .def(
             "generate_batch",
             [](Model &self, nb::handle prompts, int32_t max_new_tokens, float temperature,
-               int32_t top_k, float top_p, uint64_t seed, nb::handle stop_tokens) {
+               int32_t top_k, float top_p, nb::handle seed_h, nb::handle stop_tokens) {
+                const uint64_t seed = seed_arg(seed_h);
                 int32_t V = ats_model_vocab_size(self.m);
                 std::vector<std::vector<int32_t>> seqs;
                 int32_t longest = 0;
@@ -327,6 +351,7 @@ void bind_model(nb::module_ &m) {
                 std::vector<int32_t> stops = to_list(stop_tokens, "stop_tokens");
                 std::vector<std::unique_ptr<ats_sampler, void (*)(ats_sampler *)>> samplers;
                 for (int32_t b = 0; b < B; b++) {
+                    /* seed + b wraps modulo 2**64 */
                     samplers.emplace_back(make_sampler(temperature, top_k, top_p, seed + (uint64_t)b, V),
                                           ats_sampler_free);
                 }
@@ -370,6 +395,6 @@ void bind_model(nb::module_ &m) {
                 return out;
             },
             "prompts"_a, "max_new_tokens"_a, "temperature"_a = 0.0f, "top_k"_a = 0, "top_p"_a = 1.0f,
-            "seed"_a = 0, "stop_tokens"_a = nb::tuple(),
+            "seed"_a = nb::int_(0), "stop_tokens"_a = nb::tuple(),
             "New token ids of several prompts generated together (one forward per step).");
 }

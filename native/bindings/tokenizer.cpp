@@ -16,6 +16,7 @@
 #include "ats/bpe_trainer.h"
 #include "ats/pretokenize.h"
 #include "ats/word_counter.h"
+#include "threads_arg.h"
 #include "tokenizer_bindings.h"
 
 namespace nb = nanobind;
@@ -75,14 +76,6 @@ static void utf8_views(nb::handle seq, std::vector<nb::object> &keep,
     }
 }
 
-static size_t thread_count(int threads) {
-    if (threads < 0) {
-        throw nb::value_error(
-            ("threads must be >= 0 (0 = all hardware threads), got " + std::to_string(threads))
-                .c_str());
-    }
-    return (size_t)threads;
-}
 
 // Python ints of the ids 0..n-1, made once per encoder: turning ids into list items is then an
 // incref instead of an allocation (this conversion holds the GIL and is a large share of encode).
@@ -182,17 +175,23 @@ struct BpeEncoder {
         return out;
     }
 
-    nb::list encode_batch(nb::handle texts, int threads) const {
-        size_t n_threads = thread_count(threads);
+    nb::list encode_batch(nb::handle texts, int64_t threads) const {
+        int n_threads = thread_count_arg(threads);
         std::vector<nb::object> keep;
         std::vector<const char *> ptrs;
         std::vector<size_t> lens;
         utf8_views(texts, keep, ptrs, lens);
         std::vector<ats_ids> outs(ptrs.size(), ats_ids{nullptr, 0, 0});
+        char err[512];
+        int rc;
         {
             nb::gil_scoped_release release;
-            ats_bpe_encoder_encode_batch(enc, ptrs.data(), lens.data(), ptrs.size(),
-                                         (int)n_threads, outs.data());
+            rc = ats_bpe_encoder_encode_batch(enc, ptrs.data(), lens.data(), ptrs.size(),
+                                              n_threads, outs.data(), err, sizeof err);
+        }
+        if (rc != 0) {
+            for (ats_ids &ids : outs) ats_ids_free(&ids);
+            throw nb::value_error(err);
         }
         nb::list result;
         for (size_t i = 0; i < outs.size(); i++) {
@@ -246,14 +245,20 @@ struct WordCounter {
     WordCounter(const WordCounter &) = delete;
     WordCounter &operator=(const WordCounter &) = delete;
 
-    void add(nb::handle texts, int threads) {
-        size_t n_threads = thread_count(threads);
+    void add(nb::handle texts, int64_t threads) {
+        int n_threads = thread_count_arg(threads);
         std::vector<nb::object> keep;
         std::vector<const char *> ptrs;
         std::vector<size_t> lens;
         utf8_views(texts, keep, ptrs, lens);
-        nb::gil_scoped_release release;
-        ats_word_counter_add(wc, ptrs.data(), lens.data(), ptrs.size(), (int)n_threads);
+        char err[512];
+        int rc;
+        {
+            nb::gil_scoped_release release;
+            rc = ats_word_counter_add(wc, ptrs.data(), lens.data(), ptrs.size(), n_threads, err,
+                                      sizeof err);
+        }
+        if (rc != 0) throw nb::value_error(err);
     }
 
     void prune(int64_t max_words) {

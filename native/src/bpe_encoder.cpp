@@ -10,10 +10,12 @@
 #include <atomic>
 #include <functional>
 #include <queue>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "pair_map.h"
+#include "threads.h"
 
 /* A merge is stored as rank << 32 | merged id: the minimum over a pre-token is the lowest rank,
  * and equal values are the same pair, so the first minimum is the leftmost occurrence. */
@@ -255,10 +257,16 @@ void ats_bpe_encoder_encode(const ats_bpe_encoder *enc, const char *text, size_t
     encode_text(enc, text, len, &sc, out);
 }
 
-void ats_bpe_encoder_encode_batch(const ats_bpe_encoder *enc, const char *const *texts,
-                                  const size_t *lens, size_t n, int n_threads, ats_ids *outs) {
-    size_t workers = n_threads > 0 ? (size_t)n_threads : std::thread::hardware_concurrency();
-    if (workers == 0) workers = 1;
+int ats_bpe_encoder_encode_batch(const ats_bpe_encoder *enc, const char *const *texts,
+                                 const size_t *lens, size_t n, int n_threads, ats_ids *outs,
+                                 char *err, size_t err_cap) {
+    std::string msg;
+    int resolved = ats::threads_resolve(n_threads, "threads", &msg);
+    if (resolved < 0) {
+        snprintf(err, err_cap, "%s", msg.c_str());
+        return -1;
+    }
+    size_t workers = (size_t)resolved;
     if (workers > n) workers = n;
     size_t total = 0;
     for (size_t i = 0; i < n; i++) total += lens[i];
@@ -271,7 +279,12 @@ void ats_bpe_encoder_encode_batch(const ats_bpe_encoder *enc, const char *const 
         }
     };
     std::vector<std::thread> pool;
-    for (size_t t = 1; t < workers; t++) pool.emplace_back(work);
+    /* on a refused thread the started ones finish the queue: nothing to stop */
+    if (workers > 1 && !ats::threads_start((int)workers - 1, [&](int) { work(); }, &pool, [] {}, &msg)) {
+        snprintf(err, err_cap, "%s", msg.c_str());
+        return -1;
+    }
     work();
     for (size_t t = 0; t < pool.size(); t++) pool[t].join();
+    return 0;
 }

@@ -3,6 +3,8 @@
  * counter are serialized by its mutex (the Python bindings release the GIL around them). */
 #include "ats/word_counter.h"
 
+#include <stdio.h>
+
 #include <algorithm>
 #include <atomic>
 #include <mutex>
@@ -11,6 +13,8 @@
 #include <thread>
 #include <unordered_map>
 #include <vector>
+
+#include "threads.h"
 
 struct ats_word_counter {
     mutable std::mutex mu;
@@ -26,12 +30,17 @@ ats_word_counter *ats_word_counter_init(ats_pattern pattern) {
 
 void ats_word_counter_free(ats_word_counter *wc) { delete wc; }
 
-void ats_word_counter_add(ats_word_counter *wc, const char *const *texts, const size_t *lens,
-                          size_t n, int n_threads) {
-    size_t workers = n_threads > 0 ? (size_t)n_threads : std::thread::hardware_concurrency();
-    if (workers == 0) workers = 1;
+int ats_word_counter_add(ats_word_counter *wc, const char *const *texts, const size_t *lens,
+                         size_t n, int n_threads, char *err, size_t err_cap) {
+    std::string msg;
+    int resolved = ats::threads_resolve(n_threads, "threads", &msg);
+    if (resolved < 0) {
+        snprintf(err, err_cap, "%s", msg.c_str());
+        return -1;
+    }
+    size_t workers = (size_t)resolved;
     if (workers > n) workers = n;
-    if (workers == 0) return;
+    if (workers == 0) return 0;
     std::vector<std::unordered_map<std::string_view, int64_t>> local(workers);
     std::atomic<size_t> next_item(0);
     ats_pattern pattern = wc->pattern;
@@ -47,13 +56,20 @@ void ats_word_counter_add(ats_word_counter *wc, const char *const *texts, const 
         }
     };
     std::vector<std::thread> pool;
-    for (size_t t = 1; t < workers; t++) pool.emplace_back(work, t);
+    /* thread t + 1 of the pool counts into local[t + 1]; on a refused thread the started ones
+     * finish the queue and nothing is added */
+    if (workers > 1 &&
+        !ats::threads_start((int)workers - 1, [&](int t) { work((size_t)t + 1); }, &pool, [] {}, &msg)) {
+        snprintf(err, err_cap, "%s", msg.c_str());
+        return -1;
+    }
     work(0);
     for (size_t t = 0; t < pool.size(); t++) pool[t].join();
     std::lock_guard<std::mutex> lock(wc->mu);
     for (size_t t = 0; t < workers; t++) {
         for (const auto &kv : local[t]) wc->counts[std::string(kv.first)] += kv.second;
     }
+    return 0;
 }
 
 void ats_word_counter_insert(ats_word_counter *wc, const char *word, size_t len, int64_t count) {

@@ -62,7 +62,7 @@ def test_word_counter_bad_input_raises() -> None:
         counter.add(["ab\udc80"])
     with pytest.raises(ValueError, match="max_words must be >= 0"):
         counter.prune(-1)
-    with pytest.raises(ValueError, match="threads must be >= 0"):
+    with pytest.raises(ValueError, match=r"threads = -2: expected 0 \(all"):
         counter.add(["a"], threads=-2)
 
 

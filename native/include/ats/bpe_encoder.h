@@ -38,9 +38,12 @@ void ats_bpe_encoder_free(ats_bpe_encoder *enc);
 void ats_bpe_encoder_encode(const ats_bpe_encoder *enc, const char *text, size_t len, ats_ids *out);
 
 /* Encodes texts[i] (lens[i] bytes) into outs[i] for i < n on n_threads threads (0 = all hardware
- * threads). */
-void ats_bpe_encoder_encode_batch(const ats_bpe_encoder *enc, const char *const *texts,
-                                  const size_t *lens, size_t n, int n_threads, ats_ids *outs);
+ * threads, at most ats_threads_max(): ats/threads.h). Returns 0, or -1 with err set on a bad
+ * thread count or a thread the system refused (outs may then hold some texts' ids: the caller
+ * frees them as usual). */
+int ats_bpe_encoder_encode_batch(const ats_bpe_encoder *enc, const char *const *texts,
+                                 const size_t *lens, size_t n, int n_threads, ats_ids *outs,
+                                 char *err, size_t err_cap);
 
 #ifdef __cplusplus
 }

@@ -19,8 +19,8 @@ typedef struct {
 
 void ats_cpu_features_get(ats_cpu_features *out);
 
-/* Measured peak multiply-adds per second on n_threads threads (each running `seconds`, 0 < s <=
- * 60) of kind "int8" (int8 x int8 dot products: AVX-512 VNNI vpdpbusd, else AVX2 vpmaddubsw +
+/* Measured peak multiply-adds per second on n_threads threads (1..ats_threads_max(): ats/threads.h)
+ * each running `seconds` (0 < s <= 60) of kind "int8" (int8 x int8 dot products: AVX-512 VNNI vpdpbusd, else AVX2 vpmaddubsw +
  * vpmaddwd) or "fp32" (FMA, zmm else ymm), register-only loops. Returns -1 with err set on an
  * unknown kind, bad arguments, or a CPU without AVX2. */
 double ats_cpu_peak(const char *kind, int n_threads, double seconds, char *err, size_t err_cap);

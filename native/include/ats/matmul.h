@@ -11,7 +11,7 @@ extern "C" {
 
 typedef struct {
     const char *kernels; /* "auto" (NULL = auto) or a named set, as ats_model_params.kernels */
-    int n_threads;       /* compute threads, >= 1 */
+    int n_threads;       /* compute threads, 1..ats_threads_max() (ats/threads.h) */
     int bits;            /* 8: int8 codes (rows, cols), scale (rows);
                             4: uint8 codes (rows, cols / 2), low nibble = even column,
                                weight (code - 8) * scale, scale (rows, cols / group) */

@@ -14,7 +14,7 @@ typedef struct ats_session ats_session;
 
 typedef struct {
     const char *path;    /* model directory (config.json, model.safetensors[.index.json]) */
-    int n_threads;       /* compute threads; 0 = all hardware threads */
+    int n_threads;       /* compute threads; 0 = all hardware threads, at most ats_threads_max() */
     const char *kernels; /* "auto" (NULL = auto), or a named set: "avx512", "avx2", "neon", "scalar" */
 } ats_model_params;
 

@@ -17,10 +17,11 @@ ats_word_counter *ats_word_counter_init(ats_pattern pattern);
 void ats_word_counter_free(ats_word_counter *wc);
 
 /* Pre-tokenizes texts[i] (UTF-8, lens[i] bytes) for i < n on n_threads threads (0 = all hardware
- * threads) and adds one count per pre-token. Per-thread counts are summed, so the result does not
- * depend on the thread count. */
-void ats_word_counter_add(ats_word_counter *wc, const char *const *texts, const size_t *lens,
-                          size_t n, int n_threads);
+ * threads, at most ats_threads_max(): ats/threads.h) and adds one count per pre-token.
+ * Per-thread counts are summed, so the result does not depend on the thread count. Returns 0, or
+ * -1 with err set (and nothing added) on a bad thread count or a thread the system refused. */
+int ats_word_counter_add(ats_word_counter *wc, const char *const *texts, const size_t *lens,
+                         size_t n, int n_threads, char *err, size_t err_cap);
 
 /* Adds `count` to the word of `len` bytes. */
 void ats_word_counter_insert(ats_word_counter *wc, const char *word, size_t len, int64_t count);

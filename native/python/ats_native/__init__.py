@@ -5,7 +5,7 @@ Tokenizer fast path (contract: the ats_tokenizer package is the reference): `pre
 Model runtime (issue 7; contract: briefs/native_runtime.md): `Model` (a model directory:
 logits, streaming `generate` -> `Generation`, `generate_batch`), `Tokenizer` (tokenizer.json),
 `cpu_features`, `cpu_peak` (measured peak multiply-adds/s), `quantized_matmul` (one int8/int4
-matmul through the runtime's path, for tests).
+matmul through the runtime's path, for tests), `threads_max` (the most threads any call may use).
 """
 
 from ats_native._ats_native import (
@@ -18,6 +18,7 @@ from ats_native._ats_native import (
     cpu_peak,
     pretokenize,
     quantized_matmul,
+    threads_max,
     train_bpe,
     version,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "cpu_peak",
     "pretokenize",
     "quantized_matmul",
+    "threads_max",
     "train_bpe",
     "version",
 ]

@@ -39,6 +39,10 @@ def train_bpe(counts: dict[bytes, int], n_merges: int, min_frequency: int) -> li
 def cpu_features() -> dict[str, str | bool]:
     """CPU SIMD features and the kernel set chosen for them ("kernels": avx512 / avx2 / neon / scalar)."""
 
+def threads_max() -> int:
+    """The most threads one call (Model, encode_batch, WordCounter.add, quantized_matmul,
+    cpu_peak) may use: 4 x the hardware threads; more is a ValueError."""
+
 def cpu_peak(kind: str, threads: int = 2, seconds: float = 0.5) -> float:
     """Measured peak multiply-adds per second of this CPU on `threads` threads: kind "int8" (int8
     dot products: AVX-512 VNNI vpdpbusd, else AVX2) or "fp32" (FMA), register-only loops running
@@ -68,7 +72,7 @@ class Generation:
 class Model:
     """An ATS model directory (float, bf16, int8 or int4) loaded by the native runtime.
 
-    threads: compute threads (0 = all cores); kernels: "auto", "avx512", "avx2", "neon", "scalar".
+    threads: compute threads (0 = all cores, at most threads_max()); kernels: "auto", "avx512", "avx2", "neon", "scalar".
     Raises ValueError with a clear message on malformed directories."""
 
     def __init__(self, path: str, threads: int = 0, kernels: str = "auto") -> None: ...
@@ -105,7 +109,7 @@ class Model:
         seed: int = 0,
         stop_tokens: Sequence[int] = (),
     ) -> list[list[int]]:
-        """New token ids of each prompt, all generated together (sequence b samples with seed + b)."""
+        """New token ids of each prompt, all generated together (sequence b samples with seed + b, modulo 2**64); seed: 0 to 2**64 - 1."""
 
 class Tokenizer:
     """Byte-level BPE tokenizer read from a tokenizer.json (ids equal ats_tokenizer's

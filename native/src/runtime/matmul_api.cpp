@@ -2,10 +2,13 @@
  * weight repacked first when the kernel set streams a packed layout (as model loading does). */
 #include "ats/matmul.h"
 
+#include <memory>
 #include <new>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "../threads.h"
 #include "forward.h"
 #include "repack.h"
 
@@ -22,6 +25,7 @@ static int matmul_quantized(const ats_matmul_params *p, const void *codes, const
         *err = "n_threads = " + std::to_string(p->n_threads) + ": expected >= 1";
         return -1;
     }
+    if (threads_resolve(p->n_threads, "n_threads", err) < 0) return -1;
     if (rows < 1 || cols < 1 || n < 0) {
         *err = "shape rows = " + std::to_string(rows) + ", cols = " + std::to_string(cols) +
                ", n = " + std::to_string(n) + ": expected rows, cols >= 1 and n >= 0";
@@ -53,7 +57,14 @@ static int matmul_quantized(const ats_matmul_params *p, const void *codes, const
     w.scale = scale;
     const Kernels *k = kernels_by_name(p->kernels, err);
     if (!k) return -1;
-    ThreadPool pool(p->n_threads);
+    std::unique_ptr<ThreadPool> pool_owner;
+    try {
+        pool_owner.reset(new ThreadPool(p->n_threads));
+    } catch (const std::runtime_error &e) {
+        *err = e.what();
+        return -1;
+    }
+    ThreadPool &pool = *pool_owner;
     std::vector<uint8_t> packed;
     if ((w.type == WEIGHT_Q8 ? k->dot_q8_packed : k->dot_q4_packed) && cols % 32 == 0) {
         if (!pack_check(w, err)) return -1;

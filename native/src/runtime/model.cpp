@@ -10,8 +10,9 @@
 #include <fstream>
 #include <new>
 #include <sstream>
-#include <thread>
+#include <stdexcept>
 
+#include "../threads.h"
 #include "forward.h"
 #include "repack.h"
 
@@ -73,8 +74,15 @@ static ats_model *model_init(const ats_model_params *p, std::string *err) {
         return nullptr;
     }
     build_rope(m->cfg, &m->rope_cos, &m->rope_sin);
-    int n = p->n_threads > 0 ? p->n_threads : (int)std::thread::hardware_concurrency();
-    m->pool.reset(new ThreadPool(n < 1 ? 1 : n));
+    int n = threads_resolve(p->n_threads, "threads", err);
+    if (n < 0) return nullptr;
+    try {
+        m->pool.reset(new ThreadPool(n));
+    } catch (const std::runtime_error &e) {
+        *err = e.what();
+        for (StFile &sf : m->files) st_close(&sf);
+        return nullptr;
+    }
     if (!weights_repack(m.get(), err)) {
         for (StFile &sf : m->files) st_close(&sf);
         return nullptr;

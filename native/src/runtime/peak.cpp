@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "../threads.h"
 #include "ats/cpu.h"
 #include "forward.h"
 
@@ -129,6 +130,10 @@ extern "C" double ats_cpu_peak(const char *kind, int n_threads, double seconds, 
         set_err(err, err_cap, msg);
         return -1.0;
     }
+    if (threads_resolve(n_threads, "threads", &msg) < 0) {
+        set_err(err, err_cap, msg);
+        return -1.0;
+    }
     if (n_threads < 1 || !(seconds > 0.0 && seconds <= 60.0)) {
         set_err(err, err_cap, "threads = " + std::to_string(n_threads) + ", seconds = " +
                                   std::to_string(seconds) + ": expected threads >= 1 and 0 < seconds <= 60");
@@ -136,18 +141,21 @@ extern "C" double ats_cpu_peak(const char *kind, int n_threads, double seconds, 
     }
     std::vector<double> rate((size_t)n_threads, 0.0);
     std::vector<std::thread> threads;
-    for (int t = 0; t < n_threads; t++) {
-        threads.emplace_back([&, t] {
-            volatile int32_t sink = 0;
-            auto start = std::chrono::steady_clock::now();
-            int64_t macs = 0;
-            double elapsed = 0.0;
-            while (elapsed < seconds) {
-                macs += loop(1, &sink);
-                elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-            }
-            rate[(size_t)t] = (double)macs / elapsed;
-        });
+    std::atomic<bool> abandon(false); /* a thread failed to start: the others stop early */
+    auto measure = [&](int t) {
+        volatile int32_t sink = 0;
+        auto start = std::chrono::steady_clock::now();
+        int64_t macs = 0;
+        double elapsed = 0.0;
+        while (elapsed < seconds && !abandon.load(std::memory_order_relaxed)) {
+            macs += loop(1, &sink);
+            elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        }
+        rate[(size_t)t] = (double)macs / elapsed;
+    };
+    if (!threads_start(n_threads, measure, &threads, [&] { abandon.store(true); }, &msg)) {
+        set_err(err, err_cap, msg);
+        return -1.0;
     }
     for (std::thread &th : threads) th.join();
     double total = 0.0;

@@ -4,6 +4,10 @@
 #include "threadpool.h"
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "../threads.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -19,16 +23,24 @@ static const int64_t MIN_PARALLEL_WORK = 32768; /* multiply-adds below which thr
 static const uint64_t FIELD = (1u << 20) - 1;   /* 20-bit task count and task index */
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
-    for (int i = 1; i < n_threads_; i++) workers_.emplace_back([this] { worker(); });
+    std::string err;
+    if (!threads_start(n_threads_ - 1, [this](int) { worker(); }, &workers_, [this] { stop(); },
+                       &err)) {
+        throw std::runtime_error(err); /* the started workers are stopped and joined */
+    }
 }
 
-ThreadPool::~ThreadPool() {
+void ThreadPool::stop() {
     {
         std::lock_guard<std::mutex> lock(mutex_);
         stop_ = true;
         generation_.fetch_add(1);
     }
     wake_.notify_all();
+}
+
+ThreadPool::~ThreadPool() {
+    stop();
     for (std::thread &t : workers_) t.join();
 }
 

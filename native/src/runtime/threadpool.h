@@ -17,7 +17,10 @@ namespace ats {
 
 class ThreadPool {
   public:
-    explicit ThreadPool(int n_threads); /* total threads including the caller; >= 1 */
+    /* n_threads: total threads including the caller, >= 1 (callers check the count against
+     * ats_threads_max first). Throws std::runtime_error saying so when the system refuses a
+     * thread; the workers already started are stopped and joined first. */
+    explicit ThreadPool(int n_threads);
     ~ThreadPool();
     int size() const { return n_threads_; }
     void run(int n_tasks, const std::function<void(int)> &fn);
@@ -31,6 +34,7 @@ class ThreadPool {
 
   private:
     void worker();
+    void stop(); /* makes every worker return from worker() */
     void work_on_job();
     int n_threads_;
     std::vector<std::thread> workers_;

@@ -8,7 +8,7 @@ import ats_native
 import numpy as np
 import pytest
 import torch
-from kernel_sets import available_kernels
+from kernel_sets import kernel_params
 
 REL_TOL = 1e-4  # as test_parity.py
 
@@ -35,7 +35,7 @@ SHAPES = {
 }
 
 
-@pytest.mark.parametrize("kernels", available_kernels())
+@pytest.mark.parametrize("kernels", kernel_params())
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_prefill_attention_matches_ats_model(saved_model, kernels: str, shape: str) -> None:
     preset, changes = SHAPES[shape]

@@ -3,7 +3,9 @@ activation rounding, every kernel set) against a numpy reference of the integer 
 activations rounded per 32-block to int8 (llama.cpp's Q8_0: d = max|x| / 127, q = round(x / d)),
 exact integer dot products with the weight codes per block, scaled by d and the weight scale.
 Both sides round the same inputs with the same fp32 operations, so the codes are identical and
-the results differ by fp32 summation order only. The runtime's packed copy of an int4 weight
+the results differ by fp32 summation order only. Every integer kernel set does the same exact
+integer block dots and the same fp32 operations after them (one FMA per block), so each set's
+result is bit-identical to the scalar reference's. The runtime's packed copy of an int4 weight
 stores its scales as fp16 (native/src/runtime/repack.h), so the reference rounds int4 scales to
 fp16 the same way (IEEE round to nearest even: numpy's astype(float16)); int8 row scales stay
 fp32."""
@@ -11,11 +13,7 @@ fp32."""
 import ats_native
 import numpy as np
 import pytest
-from kernel_sets import available_kernels
-
-# kernel sets with integer dot products (kernels.h: dot_q8_packed / dot_q4_packed); NEON has none and
-# runs the fp32-activation kernels
-INTEGER_KERNELS = [k for k in available_kernels() if k != "neon"]
+from kernel_sets import INTEGER_KERNELS, kernel_params
 
 
 def q8_0_codes(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -96,7 +94,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("kernels", INTEGER_KERNELS)
+@pytest.mark.parametrize("kernels", kernel_params(INTEGER_KERNELS))
 @pytest.mark.parametrize(("bits", "group", "rows", "cols", "n"), CASES)
 def test_integer_matmul_matches_numpy_reference(
     kernels: str, bits: int, group: int, rows: int, cols: int, n: int
@@ -109,13 +107,15 @@ def test_integer_matmul_matches_numpy_reference(
     x[0, :32] = 0.0  # an all-zero block: d = 0
     x[-1, 5] = 40.0  # an outlier: the rest of its block rounds coarsely
     ref = reference(codes, scale, x, bits, group)
+    scalar = ats_native.quantized_matmul(codes, scale, x, bits, group, "scalar", 1)
     for threads in (1, 3):
         y = ats_native.quantized_matmul(codes, scale, x, bits, group, kernels, threads)
         assert y.shape == (n, rows) and y.dtype == np.float32
         assert np.abs(y - ref).max() <= 2e-6 * np.abs(ref).max(), (kernels, threads)
+        np.testing.assert_array_equal(y, scalar, err_msg=f"{kernels}, {threads} threads")
 
 
-@pytest.mark.parametrize("kernels", available_kernels())
+@pytest.mark.parametrize("kernels", kernel_params())
 def test_int8_rows_of_partial_blocks_use_fp32_activations(kernels: str) -> None:
     """cols = 72 is not whole 32-blocks: the int8 codes meet fp32 activations (a dequantized
     matmul). int4 rows are always whole blocks (groups of 32, 64 or 128 divide them)."""
@@ -147,7 +147,7 @@ def test_bad_arguments_raise_clear_errors() -> None:
         ats_native.quantized_matmul(codes, scale, x, 8, threads=0)
 
 
-@pytest.mark.parametrize("kernels", INTEGER_KERNELS)
+@pytest.mark.parametrize("kernels", kernel_params(INTEGER_KERNELS))
 def test_int4_scale_beyond_fp16_range_is_rejected(kernels: str) -> None:
     """The packed copy holds int4 scales as fp16: a scale it cannot hold is an error, not inf."""
     rng = np.random.default_rng(1)

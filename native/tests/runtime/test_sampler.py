@@ -50,3 +50,22 @@ def test_frequencies_follow_the_distribution(native) -> None:
     # every frequency within 4.5 binomial standard deviations of its probability
     sd = np.sqrt(expected * (1 - expected) / n)
     assert (np.abs(freq - expected) <= 4.5 * sd + 1e-3).all()
+
+
+def test_seed_range_is_0_to_2_pow_64_minus_1(saved_model) -> None:
+    """A seed is any int 0..2**64-1 (the generator's seed space); anything else is a ValueError
+    naming it, not nanobind's TypeError."""
+    _, directory = saved_model("tiny-dense")
+    model = ats_native.Model(str(directory), threads=1)
+    sample = {"temperature": 1.0}
+    for seed in (-1, 2**64, 2**100, 1.5, "3", True):
+        with pytest.raises(ValueError, match=r"seed = .*: expected an integer 0 to 2\*\*64 - 1"):
+            model.generate([1, 2], 3, seed=seed, **sample)
+        with pytest.raises(ValueError, match=r"seed = .*: expected an integer 0 to 2\*\*64 - 1"):
+            model.generate_batch([[1, 2]], 3, seed=seed, **sample)
+    top = list(model.generate([1, 2], 8, seed=2**64 - 1, **sample))
+    assert top == list(model.generate([1, 2], 8, seed=2**64 - 1, **sample))
+    # generate_batch's sequence b samples with seed + b modulo 2**64: the top seed's second
+    # sequence is seed 0's
+    batch = model.generate_batch([[1, 2], [1, 2]], 8, seed=2**64 - 1, **sample)
+    assert batch == [top, list(model.generate([1, 2], 8, seed=0, **sample))]

@@ -135,3 +135,19 @@ def test_outputs_are_replaced_only_with_force(dense_dir, tmp_path) -> None:
         ats_infer("export-gguf", dense_dir, "--out", source, "--force"), "is the input"
     )
     assert source.read_bytes() == before
+
+
+@pytest.mark.parametrize("engine", ["torch", "native"])
+def test_threads_and_seed_out_of_range_exit_with_one_line(trained_dense_dir, engine) -> None:
+    """--threads 100000 once started >32k threads; a negative --seed was a nanobind TypeError
+    (test_engine.py checks the bounds themselves)."""
+    if engine == "native":
+        pytest.importorskip("ats_native")
+    args = ["generate", trained_dense_dir, "--prompt", "x", "--engine", engine]
+    assert_one_line_error(
+        ats_infer(*args, "--threads", "100000"),
+        f"threads = 100000: expected an integer 0 (all cores) to {4 * os.cpu_count()}",
+    )
+    assert_one_line_error(
+        ats_infer(*args, "--seed", "-1"), "seed = -1: expected an integer 0 to 2**64 - 1"
+    )

@@ -2,6 +2,7 @@
 
 import importlib.util
 import logging
+import os
 
 import pytest
 from ats_infer import engine as engine_module
@@ -40,8 +41,24 @@ def test_bad_requests_name_the_problem(dense_dir, tmp_path) -> None:
         load_engine(dense_dir, "tensorrt")
     with pytest.raises(FileNotFoundError, match="not a model directory"):
         load_engine(tmp_path, "torch")
-    with pytest.raises(ValueError, match="threads = -1"):
-        load_engine(dense_dir, "torch", threads=-1)
+    limit = 4 * os.cpu_count()
+    for engine in ("torch", "native") if importlib.util.find_spec("ats_native") else ("torch",):
+        for threads in (-1, limit + 1, 100_000, 2.0):
+            with pytest.raises(ValueError, match=rf"threads = {threads}: expected .* to {limit}"):
+                load_engine(dense_dir, engine, threads=threads)
+
+
+@pytest.mark.parametrize("engine", ["torch", "native"])
+def test_seeds_are_0_to_2_pow_64_minus_1(trained_dense_dir, engine) -> None:
+    if engine == "native":
+        pytest.importorskip("ats_native")
+    eng = load_engine(trained_dense_dir, engine, threads=1)
+    kwargs = dict(max_new_tokens=4, temperature=1.0, top_k=None, top_p=None, stop=[])
+    for seed in (-1, 2**64, True, "7"):
+        with pytest.raises(ValueError, match=r"seed = .*: expected an integer 0 to 2\*\*64 - 1"):
+            list(eng.generate("x", seed=seed, **kwargs))
+    top = "".join(eng.generate("x", seed=2**64 - 1, **kwargs))
+    assert top == "".join(eng.generate("x", seed=2**64 - 1, **kwargs))  # seeded: repeatable
 
 
 def test_torch_engine_streams_text(trained_dense_dir) -> None:

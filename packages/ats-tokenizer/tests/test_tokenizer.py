@@ -3,6 +3,7 @@ python and native backends agree; batch encoding; id layout; clear errors on bad
 
 import hashlib
 import importlib.util
+import os
 import pickle
 
 import pytest
@@ -130,6 +131,15 @@ def test_lone_surrogate_in_encode_is_a_clear_error(trained):
         trained.encode("ab\udfffcd")
     with pytest.raises(ValueError, match="lone surrogate at index 0"):
         trained.encode_batch(["ok", "\ud800"])
+
+
+def test_encode_batch_threads_are_bounded(trained):
+    """4 per CPU at most (100000 once started >32k threads), on either backend."""
+    limit = 4 * os.cpu_count()
+    for bad in (0, -1, limit + 1, 100_000):
+        with pytest.raises(ValueError, match=rf"num_threads = {bad}: expected 1 to {limit}"):
+            trained.encode_batch(["ok"], num_threads=bad)
+    assert trained.encode_batch(["ok"], num_threads=limit) == [trained.encode("ok")]
 
 
 def test_training_on_one_string_is_an_error():

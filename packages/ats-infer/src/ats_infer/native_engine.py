@@ -7,17 +7,17 @@ from pathlib import Path
 import ats_native
 from ats_tokenizer import Tokenizer
 
+from ats_infer.engine_args import check_seed, check_threads
 from ats_infer.tensor_files import TOKENIZER_FILE
 from ats_infer.text_stream import encode_prompt, stream_text
 
 
 class NativeEngine:
     def __init__(self, model_dir: Path, threads: int = 0) -> None:
+        check_threads(threads)
         tokenizer_path = model_dir / TOKENIZER_FILE
         if not tokenizer_path.is_file():
             raise FileNotFoundError(f"{model_dir}: no {TOKENIZER_FILE} beside the weights")
-        if threads < 0:
-            raise ValueError(f"threads = {threads} must be >= 0 (0 = all cores)")
         self.tokenizer = Tokenizer.load(tokenizer_path)
         self.model = ats_native.Model(str(model_dir), threads=threads)
 
@@ -33,6 +33,7 @@ class NativeEngine:
         stop: list[str] = (),
     ) -> Iterator[str]:
         """Yield text pieces as the runtime yields tokens; stops at <|endoftext|> or a stop string."""
+        check_seed(seed)
         ids = encode_prompt(self.tokenizer, prompt, self.model.vocab_size)
         eos = self.tokenizer.eos_id
         tokens = self.model.generate(

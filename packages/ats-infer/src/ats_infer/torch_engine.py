@@ -7,17 +7,17 @@ import torch
 from ats_model import generate, load_pretrained
 from ats_tokenizer import Tokenizer
 
+from ats_infer.engine_args import check_seed, check_threads
 from ats_infer.text_stream import encode_prompt, stream_text
 
 
 class TorchEngine:
     def __init__(self, model_dir: Path, device: str = "cpu", threads: int = 0) -> None:
+        check_threads(threads)
         tokenizer_path = model_dir / "tokenizer.json"
         if not tokenizer_path.is_file():
             raise FileNotFoundError(f"{model_dir}: no tokenizer.json beside the weights")
-        if threads < 0:
-            raise ValueError(f"threads = {threads} must be >= 0 (0 = torch's default)")
-        if threads > 0:
+        if threads > 0:  # 0: torch's default
             torch.set_num_threads(threads)
         self.tokenizer = Tokenizer.load(tokenizer_path)
         self.model = load_pretrained(model_dir, device=device)
@@ -36,6 +36,7 @@ class TorchEngine:
         stop: list[str] = (),
     ) -> Iterator[str]:
         """Yield text pieces as tokens come; never splits a UTF-8 character."""
+        check_seed(seed)
         ids = encode_prompt(self.tokenizer, prompt, self.model.config.vocab_size)
         idx = torch.tensor([ids], dtype=torch.long, device=self.device)
         out = generate(

@@ -139,15 +139,18 @@ def build_encoder(table: BpeTable, pattern: str, backend: Backend) -> Encoder:
     return PythonEncoder(table, pattern)
 
 
+# the most workers encode_batch starts: 4 per CPU, as ats_native bounds its threads (more only
+# exhausts the host's process limit)
+THREADS_PER_CPU = 4
+
+
 def default_threads(num_threads: int | None) -> int:
-    """num_threads, or every core when None. More than 4 per core only adds threads (or, for the
-    Python backend, processes) that wait, and an unbounded count can exhaust the host."""
-    cores = os.cpu_count() or 1
+    cpus = os.cpu_count() or 1
     if num_threads is None:
-        return cores
-    if not 1 <= num_threads <= 4 * cores:
+        return cpus
+    if not 1 <= num_threads <= THREADS_PER_CPU * cpus:
         raise ValueError(
-            f"num_threads must be in [1, {4 * cores}] (4 per core, {cores} cores), "
-            f"got {num_threads}"
+            f"num_threads = {num_threads}: expected 1 to {THREADS_PER_CPU * cpus} "
+            f"({THREADS_PER_CPU} per CPU)"
         )
     return num_threads
