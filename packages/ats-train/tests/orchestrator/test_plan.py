@@ -32,7 +32,7 @@ def test_the_trainer_sizes_its_run_from_the_plan(overrides, tmp_path, steps_from
     extra = {"plan__steps_from": steps_from, "plan__tokens_per_param": 2, "plan__flops": 3e11}
     config = load_config(None, overrides(**extra))
     trainer = build_trainer(config, tmp_path)
-    trainer.metrics.close()
+    trainer.close()
     model_config = trainer.raw_model.config
     tokens_per_step = 4 * 32
     if steps_from == "tokens_per_param":
