@@ -36,7 +36,7 @@ COLOSSALAI_PLUGINS = ("low_level_zero",)
 COLOSSALAI_PLUGINS_PLANNED = ("gemini",)
 KERNELS = ("auto", "reference", "triton", "cuda")
 # full: rank 0 writes the gathered optimizer state (resumes anywhere); sharded: every rank writes
-# its own shard (torch.distributed.checkpoint, or DeepSpeed's own ZeRO files): checkpoint_sharded.py
+# its own shard (safetensors + JSON, or DeepSpeed's own ZeRO files): checkpoint_sharded.py
 CHECKPOINT_FORMATS = ("full", "sharded")
 
 
