@@ -3,6 +3,7 @@ here along dim 0, as fsdp2 shards) loads back into one rank's plain tensors exac
 checked (overlap, gap, another model, another dtype) before anything is copied, and a round trip
 at one rank is exact. fsdp2 / ddp across world sizes: distributed/test_backends.py."""
 
+import itertools
 import json
 from pathlib import Path
 
@@ -51,7 +52,7 @@ def _split_into_ranks(directory: Path, cuts: dict[str, list[int]]) -> None:
     files = [({}, {}) for _ in range(n_ranks)]
     for key, entry in index.items():
         bounds = [0, *cuts.get(key, []), tensors[key].shape[0] if tensors[key].ndim else 1]
-        for rank, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+        for rank, (lo, hi) in enumerate(itertools.pairwise(bounds)):
             if hi > lo:
                 piece = tensors[key] if tensors[key].ndim == 0 else tensors[key][lo:hi]
                 offsets = [lo, *entry["offsets"][1:]] if tensors[key].ndim else []
