@@ -25,6 +25,14 @@ def test_plan_cli_for_a_preset_and_bad_input(capsys) -> None:
     assert main(["plan", "--flops", "1e18", "--preset", "nope"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 2 and "--preset 'nope' is not a preset" in err
+    for flops in ("inf", "nan", "-1e20"):  # inf printed a plan of nan, rc 0
+        assert main(["plan", f"--flops={flops}"]) == 2
+        err = capsys.readouterr()
+        assert err.out == ""
+        assert (
+            err.err
+            == f"ats-train plan: error: --flops = {float(flops)} must be a finite number > 0\n"
+        )
 
 
 @pytest.mark.parametrize("steps_from", ["tokens_per_param", "flops"])
