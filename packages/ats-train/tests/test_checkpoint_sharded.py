@@ -220,3 +220,30 @@ def test_a_pickle_in_place_of_a_shard_file_is_refused_and_runs_nothing(
     assert len(err.strip().splitlines()) == 1
     assert not marker.exists()
     assert _snapshot(run_dir) == before
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"{}", "manifest.json: expected an object whose 'files' maps each file to its sha256"),
+        (b"[]", "manifest.json: expected an object whose 'files' maps each file to its sha256"),
+        (b"\xff{}", "manifest.json is not UTF-8 text"),
+    ],
+)
+def test_a_malformed_manifest_stops_the_resume_in_one_line(
+    runs: dict[str, Path],
+    overrides,  # noqa: ANN001
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    content: bytes,
+    message: str,
+) -> None:
+    """KeyError, TypeError and UnicodeDecodeError tracebacks before."""
+    run_dir = tmp_path / "resumed"
+    _roll_back_to_step_4(runs["full"], run_dir)
+    (checkpoints_dir(run_dir) / "step-000004" / "manifest.json").write_bytes(content)
+    before = _snapshot(run_dir)
+    assert main(_args(overrides, run_dir, "full")) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+    assert _snapshot(run_dir) == before
