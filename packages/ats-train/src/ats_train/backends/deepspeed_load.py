@@ -11,9 +11,9 @@ DeepSpeed 0.19: rebuilding them sets attributes, calls nothing else. Any other g
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pickle import UnpicklingError
 from typing import Any
 
 import torch
@@ -38,7 +38,7 @@ class WeightsOnlyCheckpointEngine:
         with torch.serialization.safe_globals(allowed_globals()):
             try:
                 return torch.load(path, map_location=map_location, weights_only=True)
-            except pickle.UnpicklingError as e:
+            except UnpicklingError as e:
                 # torch's message is lines of advice around the one naming the global
                 lines = [line.strip() for line in str(e).splitlines() if "GLOBAL" in line]
                 reason = (lines or str(e).splitlines())[0]
