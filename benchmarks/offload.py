@@ -181,17 +181,16 @@ def worker(run_dir: Path, steps: int, overrides: list[str]) -> int:
     from ats_train.trainer import build_trainer
 
     t0 = time.perf_counter()
-    trainer = build_trainer(load_config(None, overrides), run_dir)
-    torch.cuda.synchronize()
-    build_s = time.perf_counter() - t0
-    step_s, losses = [], []
-    for _ in range(steps):
-        start = time.perf_counter()
-        record = trainer.train_step()
+    with build_trainer(load_config(None, overrides), run_dir) as trainer:
         torch.cuda.synchronize()
-        step_s.append(round(time.perf_counter() - start, 2))
-        losses.append(record["loss"])
-    trainer.metrics.close()
+        build_s = time.perf_counter() - t0
+        step_s, losses = [], []
+        for _ in range(steps):
+            start = time.perf_counter()
+            record = trainer.train_step()
+            torch.cuda.synchronize()
+            step_s.append(round(time.perf_counter() - start, 2))
+            losses.append(record["loss"])
     result = {
         "build_s": round(build_s, 1),
         "step_s": step_s,

@@ -119,42 +119,41 @@ def main() -> None:
         data_dir = prepare(Path(tmp) / "data", 200_000 if args.smoke else 40_000_000)
         run_dir = Path(tmp) / "run"
         run_dir.mkdir()
-        trainer = build_trainer(build_config(settings(args, data_dir)), run_dir)
-        asked = trainer.config.train.batch_size
-        seen = 0
-        start = time.perf_counter()
-        while trainer.step < args.steps:
-            record = trainer.train_step()
-            for decision in read_decisions(run_dir)[seen:]:
+        with build_trainer(build_config(settings(args, data_dir)), run_dir) as trainer:
+            asked = trainer.config.train.batch_size
+            seen = 0
+            start = time.perf_counter()
+            while trainer.step < args.steps:
+                record = trainer.train_step()
+                for decision in read_decisions(run_dir)[seen:]:
+                    print(
+                        json.dumps(
+                            {
+                                "event": "decision",
+                                **{
+                                    k: decision[k]
+                                    for k in ("step", "kind", "reason", "change", "applied")
+                                },
+                            }
+                        ),
+                        flush=True,
+                    )
+                seen = len(read_decisions(run_dir))
                 print(
                     json.dumps(
                         {
-                            "event": "decision",
-                            **{
-                                k: decision[k]
-                                for k in ("step", "kind", "reason", "change", "applied")
-                            },
+                            "event": "step",
+                            "step": record["step"],
+                            "loss": round(record["loss"], 4),
+                            "batch_size": trainer.config.train.batch_size,
+                            "micro_batch_size": trainer.micro_batch_size,
+                            "tokens_this_step": trainer.config.train.batch_size
+                            * trainer.config.train.seq_len,
+                            "peak_memory_gb": round(record.get("memory_gb") or 0.0, 2),
                         }
                     ),
                     flush=True,
                 )
-            seen = len(read_decisions(run_dir))
-            print(
-                json.dumps(
-                    {
-                        "event": "step",
-                        "step": record["step"],
-                        "loss": round(record["loss"], 4),
-                        "batch_size": trainer.config.train.batch_size,
-                        "micro_batch_size": trainer.micro_batch_size,
-                        "tokens_this_step": trainer.config.train.batch_size
-                        * trainer.config.train.seq_len,
-                        "peak_memory_gb": round(record.get("memory_gb") or 0.0, 2),
-                    }
-                ),
-                flush=True,
-            )
-        trainer.metrics.close()
         decisions = read_decisions(run_dir)
         trained = trainer.config.train.batch_size
         device = trainer.backend.device

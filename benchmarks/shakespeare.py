@@ -196,16 +196,19 @@ def run(name: str, data_dir: Path, args: argparse.Namespace, run_dir: Path) -> d
     flat = run_config(name, data_dir, args)
     run_dir.mkdir(parents=True)
     start = time.perf_counter()
-    trainer = build_trainer(build_config(flat), run_dir)
-    steps = trainer.config.train.steps
-    evals = []
-    while trainer.step < steps and time.perf_counter() - start < args.seconds:
-        trainer.profiler.before_step(trainer.step)  # profile.* (--set), as Trainer.train does
-        trainer.train_step()
-        trainer.profiler.after_step(trainer.step)
-        if trainer.step % args.eval_every == 0 or trainer.step == steps:
-            evals.append((round(time.perf_counter() - start, 2), trainer.step, trainer.evaluate()))
-    trainer.flush()  # train.overlap_host: the last step's record into metrics.jsonl
+    # closed however the block ends: the TensorBoard writer's thread must stop before the caller
+    # removes run_dir
+    with build_trainer(build_config(flat), run_dir) as trainer:
+        steps = trainer.config.train.steps
+        evals = []
+        while trainer.step < steps and time.perf_counter() - start < args.seconds:
+            trainer.profiler.before_step(trainer.step)  # profile.* (--set), as Trainer.train does
+            trainer.train_step()
+            trainer.profiler.after_step(trainer.step)
+            if trainer.step % args.eval_every == 0 or trainer.step == steps:
+                t = round(time.perf_counter() - start, 2)
+                evals.append((t, trainer.step, trainer.evaluate()))
+        trainer.flush()  # train.overlap_host: the last step's record into metrics.jsonl
     elapsed = time.perf_counter() - start
     in_budget = [v for t, _, v in evals if t <= args.seconds]
     best = min(in_budget) if in_budget else float("nan")

@@ -111,11 +111,10 @@ def main() -> None:
             }
             run_dir = Path(tmp) / f"run-{name}"
             run_dir.mkdir()
-            trainer = build_trainer(build_config(flat), run_dir)
-            for _ in range(args.warmup):
-                trainer.train_step()
-            ours, bare = measure(trainer, args.steps, args.rounds)
-            trainer.metrics.close()
+            with build_trainer(build_config(flat), run_dir) as trainer:
+                for _ in range(args.warmup):
+                    trainer.train_step()
+                ours, bare = measure(trainer, args.steps, args.rounds)
             result = {
                 "name": f"step_overhead_{args.model}_{name}",
                 "ours": round(1e3 * ours, 3),

@@ -55,32 +55,33 @@ def measure(spec: str, data: Path, args: argparse.Namespace, run_dir: Path) -> d
     )
     run_dir.mkdir()
     t = time.perf_counter()
-    trainer = build_trainer(build_config(shakespeare.run_config(name, data, run_args)), run_dir)
-    sync(args.device)
-    build = time.perf_counter() - t
-    t = time.perf_counter()
-    trainer.train_step()
-    sync(args.device)
-    first = time.perf_counter() - t
-    for _ in range(args.warmup):
+    with build_trainer(
+        build_config(shakespeare.run_config(name, data, run_args)), run_dir
+    ) as trainer:
+        sync(args.device)
+        build = time.perf_counter() - t
+        t = time.perf_counter()
         trainer.train_step()
-    sync(args.device)
-    profile = cProfile.Profile() if args.profile else None
-    t = time.perf_counter()
-    if profile is not None:
-        profile.enable()
-    for _ in range(args.steps):
-        trainer.train_step()
-    sync(args.device)
-    if profile is not None:
-        profile.disable()
-    step = (time.perf_counter() - t) / args.steps
-    trainer.flush()
-    t = time.perf_counter()
-    trainer.evaluate()
-    sync(args.device)
-    evaluation = time.perf_counter() - t
-    trainer.metrics.close()
+        sync(args.device)
+        first = time.perf_counter() - t
+        for _ in range(args.warmup):
+            trainer.train_step()
+        sync(args.device)
+        profile = cProfile.Profile() if args.profile else None
+        t = time.perf_counter()
+        if profile is not None:
+            profile.enable()
+        for _ in range(args.steps):
+            trainer.train_step()
+        sync(args.device)
+        if profile is not None:
+            profile.disable()
+        step = (time.perf_counter() - t) / args.steps
+        trainer.flush()
+        t = time.perf_counter()
+        trainer.evaluate()
+        sync(args.device)
+        evaluation = time.perf_counter() - t
     if profile is not None:
         text = io.StringIO()
         pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(40)

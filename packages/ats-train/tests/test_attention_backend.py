@@ -128,13 +128,16 @@ def test_a_resumed_auto_run_keeps_the_choice_in_its_checkpoint(prepared, tmp_pat
     first = _build(prepared, tmp_path / "run", "math")
     _losses(first)
     first.save()
+    first.close()  # releases the run dir for the next run on it
     resumed = _build(prepared, tmp_path / "run", "auto", **{"train.steps": 6})
     assert resumed.step == 3
     assert (resumed.attention.name, resumed.attention.resumed) == ("math", True)
     assert resumed.attention.order[0] == SDPBackend.MATH
     assert "from its checkpoint" in resumed.attention.describe()
+    resumed.close()
     named = _build(prepared, tmp_path / "run", "default", **{"train.steps": 6})
     assert (named.attention.name, named.attention.order) == ("default", None)
+    named.close()
     fresh = _build(prepared, tmp_path / "fresh", "auto")
     assert (fresh.attention.name, fresh.attention.resumed) == ("default", False)  # CPU: torch's
 

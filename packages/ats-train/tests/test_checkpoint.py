@@ -2,6 +2,7 @@
 
 import json
 import random
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,7 @@ from ats_train.checkpoint import (
     save_tree,
     verify_manifest,
 )
+from safetensors import SafetensorError
 
 
 def _adamw_after_steps(seed: int, steps: int) -> tuple[torch.nn.Module, torch.optim.AdamW]:
@@ -155,3 +157,88 @@ def test_latest_naming_a_missing_dir_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match="names step-000007, which is missing"):
         latest_checkpoint(tmp_path)
     assert latest_checkpoint(tmp_path / "elsewhere") is None
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"{}", "expected an object whose 'files' maps each file to its sha256"),
+        (b"[]", "expected an object whose 'files' maps each file to its sha256"),
+        (b'{"files": {"model.bin": 7}}', "expected an object whose 'files' maps"),
+        (b"\xff\xfe{}", "manifest.json is not UTF-8 text"),
+        (b'{"files": ', "manifest.json is not valid JSON"),
+        (b"[" * 100_000 + b"]" * 100_000, "manifest.json is nested too deeply"),
+        (b'{"files": {"../../x": "00"}}', "'../../x' is not a path inside the checkpoint"),
+    ],
+)
+def test_a_malformed_manifest_is_a_checkpoint_error(
+    tmp_path: Path, content: bytes, message: str
+) -> None:
+    """A KeyError, TypeError, UnicodeDecodeError or RecursionError before."""
+    path = save_checkpoint(tmp_path, 3, _write("a"), keep_last=3)
+    (path / MANIFEST).write_bytes(content)
+    with pytest.raises(CheckpointError, match=message):
+        latest_checkpoint(tmp_path)
+
+
+def test_latest_that_is_not_text_is_a_checkpoint_error(tmp_path: Path) -> None:
+    save_checkpoint(tmp_path, 3, _write("a"), keep_last=3)
+    (checkpoints_dir(tmp_path) / LATEST).write_bytes(b"\xffstep-000003\n")
+    with pytest.raises(CheckpointError, match="latest is not UTF-8 text"):
+        latest_checkpoint(tmp_path)
+
+
+def test_a_malformed_tree_is_a_checkpoint_error(tmp_path: Path) -> None:
+    save_tree(tmp_path, "state", {"step": 3, "w": torch.ones(2)})
+    (tmp_path / "state.json").write_text('{"w": {"__tensor__": "elsewhere"}}')
+    with pytest.raises(CheckpointError, match="state.json does not describe a checkpointed value"):
+        load_tree(tmp_path, "state")
+    (tmp_path / "state.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}")
+    with pytest.raises(CheckpointError, match="state.safetensors is not a readable safetensors"):
+        load_tree(tmp_path, "state")
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):  # noqa: ANN201
+    """A real 512 KiB filesystem (tmpfs; needs root, else the test skips)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mount)],
+        capture_output=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+@pytest.mark.parametrize("writer", ["safetensors", "json"])
+def test_a_full_disk_during_a_checkpoint_is_one_error_and_latest_stays(
+    small_disk: Path, writer: str
+) -> None:
+    """No space left while the step dir is written: a CheckpointError naming the step and the
+    checkpoint `latest` still names (a SafetensorError traceback before); the torn .tmp dir is
+    removed, so the space is free again and the next checkpoint fits."""
+    first = save_checkpoint(small_disk, 2, _write("a"), keep_last=3)
+
+    def too_large(directory: Path) -> None:
+        (directory / "trainer_state").mkdir()
+        if writer == "safetensors":
+            save_tree(directory / "trainer_state", "optimizer", {"m": torch.zeros(1 << 18)})
+        else:
+            (directory / "trainer_state" / "state.json").write_text("x" * (1 << 20))
+
+    with pytest.raises(CheckpointError) as e:
+        save_checkpoint(small_disk, 4, too_large, keep_last=3)
+    assert "could not write the checkpoint of step 4" in str(e.value)
+    assert "No space left on device" in str(e.value)
+    assert str(e.value).endswith("`latest` still names step-000002")
+    cause = {"safetensors": SafetensorError, "json": OSError}[writer]
+    assert type(e.value.__cause__) is cause
+    assert not (checkpoints_dir(small_disk) / "step-000004.tmp").exists()
+    assert latest_checkpoint(small_disk) == first
+    assert save_checkpoint(small_disk, 4, _write("b"), keep_last=3).name == "step-000004"

@@ -62,6 +62,12 @@ def test_overrides_win_over_the_file_and_round_trip(tmp_path: Path) -> None:
         ("model.n_layr=2", "model.n_layer"),
         ("model.moe.n_expert=2", "model.moe.n_experts"),
         ("checkpoint.evry=5", "checkpoint.every"),
+        # by meaning first: the closest spelling of learning_rate is optim.min_lr
+        ("optim.learning_rate=1e-3", "optim.lr"),
+        ("train.learning_rate=1e-3", "optim.lr"),
+        ("train.max_steps=10", "train.steps"),
+        ("train.block_size=64", "train.seq_len"),
+        ("optim.max_grad_norm=1", "optim.grad_clip"),
     ],
 )
 def test_unknown_key_suggests_the_nearest(override: str, suggestion: str) -> None:
@@ -110,6 +116,20 @@ def test_unknown_key_in_a_file_suggests_the_nearest(tmp_path: Path) -> None:
             "parallel.fsdp_unit_blocks = -1 must be >= 0",
         ),
         (["train.steps"], "not of the form key=value"),
+        # no float knob means anything at inf or nan: refused when the config is read, not at
+        # the last step (optim.lr = inf trained to a nan sample)
+        (["optim.lr=inf"], "optim.lr = inf is not a finite number"),
+        (["optim.lr=nan"], "optim.lr = nan is not a finite number"),
+        (["optim.lr=-1e-3"], "optim.lr = -0.001 must be > 0"),
+        (["optim.weight_decay=inf"], "optim.weight_decay = inf is not a finite number"),
+        (["optim.grad_clip=inf"], "optim.grad_clip = inf is not a finite number"),
+        (["optim.eps=inf"], "optim.eps = inf is not a finite number"),
+        (["optim.betas=[0.9, nan]"], "optim.betas = nan is not a finite number"),
+        (["loss.moe_z_weight=inf"], "loss.moe_z_weight = inf is not a finite number"),
+        (["orchestrator.lr_cut.factor=inf"], "orchestrator.lr_cut.factor = inf is not a finite"),
+        (["plan.flops=inf"], "plan.flops = inf is not a finite number"),
+        (["model.dropout=nan"], "model.dropout = nan is not a finite number"),
+        (["faults.diverge_lr_factor=-30"], "faults.diverge_lr_factor = -30.0 must be > 0"),
         (["checkpoint.format=dcp"], "checkpoint.format = 'dcp' is not one of full, sharded"),
         (
             ["checkpoint.format=sharded", "parallel.backend=colossalai"],
@@ -132,10 +152,27 @@ def test_wrong_type_in_toml_names_the_key(tmp_path: Path) -> None:
 def test_missing_or_invalid_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "nope.toml")
+    with pytest.raises(ConfigError, match=f"config file {tmp_path} is a directory; pass a TOML"):
+        load_config(tmp_path)
     bad = tmp_path / "bad.toml"
     bad.write_text("[train\n")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_config(bad)
+    bad.write_bytes(b"[train]\nsample_prompt = '\xff'\n")
+    with pytest.raises(ConfigError, match="is not UTF-8 text"):
+        load_config(bad)
+
+
+def test_deeply_nested_toml_is_one_error_line(tmp_path: Path) -> None:
+    """tomllib recurses per nesting level: a RecursionError became a traceback."""
+    deep = tmp_path / "deep.toml"
+    deep.write_text("[model]\noverrides = " + "[" * 5000 + "]" * 5000 + "\n")
+    with pytest.raises(ConfigError, match=f"config file {deep} nests tables or arrays too deeply"):
+        load_config(deep)
+    with pytest.raises(
+        ConfigError, match=r"optim.betas = '\[\[\[.*\.\.\. \(6002 characters\) is not a valid tuple"
+    ):
+        load_config(None, ["optim.betas=" + "[" * 3000 + "]" * 3000])
 
 
 def test_top1_routing_must_keep_the_probability_as_its_weight() -> None:

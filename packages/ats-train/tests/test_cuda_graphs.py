@@ -68,10 +68,9 @@ def _losses_and_weights(
             "train.compile": compile,
         },
     )
-    trainer = build_trainer(config, run_dir)
-    losses = [trainer.train_step()["loss"] for _ in range(6)]
-    weights = {n: p.detach().float().cpu() for n, p in trainer.raw_model.named_parameters()}
-    trainer.metrics.close()
+    with build_trainer(config, run_dir) as trainer:
+        losses = [trainer.train_step()["loss"] for _ in range(6)]
+        weights = {n: p.detach().float().cpu() for n, p in trainer.raw_model.named_parameters()}
     return losses, weights
 
 

@@ -27,13 +27,12 @@ def test_one_large_eval_forward_gives_the_micro_batched_loss(
         assert config.train.micro_batch_size == 2 and config.train.eval_batches == 2
         run_dir = tmp_path / f"run-{eval_micro}"
         run_dir.mkdir()
-        trainer = build_trainer(config, run_dir)
-        forwards.append([])
-        trainer.raw_model.register_forward_pre_hook(
-            lambda _, args, seen=forwards[-1]: seen.append(len(args[0]))
-        )
-        losses.append(trainer.evaluate())
-        trainer.metrics.close()
+        with build_trainer(config, run_dir) as trainer:
+            forwards.append([])
+            trainer.raw_model.register_forward_pre_hook(
+                lambda _, args, seen=forwards[-1]: seen.append(len(args[0]))
+            )
+            losses.append(trainer.evaluate())
     assert forwards == [[2, 2, 2, 2], [8]]
     assert losses[1] == pytest.approx(losses[0], rel=1e-6)
 
@@ -51,19 +50,18 @@ def test_whole_split_evaluation_is_the_mean_over_every_packed_val_window(
     """train.eval_batches = 0: the loss over every packed window of the val split, by hand."""
     extra = {"model__preset": "tiny-dense", "train__precision": "fp32", "train__eval_batches": 0}
     config = load_config(None, overrides(**extra))
-    trainer = build_trainer(config, tmp_path)
-    got = trainer.evaluate()
-    T = config.train.seq_len
-    windows = [
-        torch.from_numpy(m[k * T : k * T + T + 1].astype(np.int64))
-        for m in trainer.data.dataset.shards("val")
-        for k in range((len(m) - 1) // T)
-    ]
-    assert len(windows) > config.train.micro_batch_size  # more than one forward
-    batch = torch.stack(windows)
-    trainer.raw_model.eval()
-    with torch.no_grad():
-        logits = trainer.raw_model(batch[:, :-1]).logits
-    want = F.cross_entropy(logits.flatten(0, 1).double(), batch[:, 1:].flatten())
-    assert got == pytest.approx(float(want), rel=1e-5)
-    trainer.metrics.close()
+    with build_trainer(config, tmp_path) as trainer:
+        got = trainer.evaluate()
+        T = config.train.seq_len
+        windows = [
+            torch.from_numpy(m[k * T : k * T + T + 1].astype(np.int64))
+            for m in trainer.data.dataset.shards("val")
+            for k in range((len(m) - 1) // T)
+        ]
+        assert len(windows) > config.train.micro_batch_size  # more than one forward
+        batch = torch.stack(windows)
+        trainer.raw_model.eval()
+        with torch.no_grad():
+            logits = trainer.raw_model(batch[:, :-1]).logits
+        want = F.cross_entropy(logits.flatten(0, 1).double(), batch[:, 1:].flatten())
+        assert got == pytest.approx(float(want), rel=1e-5)

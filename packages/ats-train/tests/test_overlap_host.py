@@ -40,13 +40,12 @@ def test_an_overlapped_run_resumes_bitwise(overrides, tmp_path: Path, assert_sam
 
 
 def test_train_step_returns_the_previous_steps_record(overrides, tmp_path: Path) -> None:
-    trainer = build_trainer(load_config(None, _args(overrides, True)), tmp_path)
-    assert trainer.train_step() == {}  # step 1 is queued, nothing recorded yet
-    second = trainer.train_step()
-    assert second["step"] == 1 and trainer.step == 2
-    assert trainer.flush()["step"] == 2
-    assert trainer.flush() is None
-    trainer.metrics.close()
+    with build_trainer(load_config(None, _args(overrides, True)), tmp_path) as trainer:
+        assert trainer.train_step() == {}  # step 1 is queued, nothing recorded yet
+        second = trainer.train_step()
+        assert second["step"] == 1 and trainer.step == 2
+        assert trainer.flush()["step"] == 2
+        assert trainer.flush() is None
 
 
 @pytest.mark.parametrize(
@@ -92,13 +91,12 @@ def test_an_overlapped_cuda_run_is_the_synchronous_run(prepared, tmp_path: Path,
         }
         run_dir = tmp_path / f"overlap-{overlap}"
         run_dir.mkdir()
-        trainer = build_trainer(build_config(flat), run_dir)
-        records = [trainer.train_step() for _ in range(6)] + [trainer.flush()]
-        records = [r for r in records if r]  # overlapped: {} first, the last from flush()
-        keep = ("step", "loss", "grad_norm", "stepped", "moe/expert_fraction")
-        weights = {n: p.detach().cpu() for n, p in trainer.raw_model.named_parameters()}
-        results[overlap] = ([{k: r[k] for k in keep} for r in records], weights)
-        trainer.metrics.close()
+        with build_trainer(build_config(flat), run_dir) as trainer:
+            records = [trainer.train_step() for _ in range(6)] + [trainer.flush()]
+            records = [r for r in records if r]  # overlapped: {} first, the last from flush()
+            keep = ("step", "loss", "grad_norm", "stepped", "moe/expert_fraction")
+            weights = {n: p.detach().cpu() for n, p in trainer.raw_model.named_parameters()}
+            results[overlap] = ([{k: r[k] for k in keep} for r in records], weights)
     assert [r["step"] for r in results[True][0]] == [1, 2, 3, 4, 5, 6]
     assert results[True][0] == results[False][0]
     for name, w in results[False][1].items():

@@ -8,9 +8,11 @@
 
 A step is written into step-000123.tmp/, fsynced, renamed into place, and only then is `latest`
 replaced (temp file + os.replace), so a crash at any moment leaves `latest` naming a complete
-checkpoint. Nothing here pickles: tensors go to safetensors, everything else to JSON. A sharded
-checkpoint (checkpoint_sharded.py) adds every rank's optimizer shard in DCP's or DeepSpeed's own
-format inside trainer_state/; the manifest covers those files too.
+checkpoint. A write that fails (a full disk) removes its .tmp dir and raises CheckpointError;
+`latest` still names the previous checkpoint. Nothing here pickles: tensors go to safetensors,
+everything else to JSON, and every JSON file read is checked for its shape before use. A sharded
+checkpoint (checkpoint_sharded.py) adds every rank's optimizer shard (safetensors + JSON, or
+DeepSpeed's own files, loaded weights-only) inside trainer_state/; the manifest covers those too.
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 MANIFEST = "manifest.json"
@@ -103,10 +107,31 @@ def save_tree(directory: Path, name: str, tree: Any) -> None:
         save_file(tensors, str(directory / f"{name}.safetensors"))
 
 
+def read_json(path: Path) -> Any:
+    """A checkpoint's JSON file; CheckpointError naming it when it is not UTF-8 JSON."""
+    try:
+        return json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise CheckpointError(f"{path} is not UTF-8 text: {e}") from e
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{path} is not valid JSON: {e}") from e
+    except RecursionError as e:
+        raise CheckpointError(f"{path} is nested too deeply to be a checkpoint file") from e
+
+
 def load_tree(directory: Path, name: str) -> Any:
     tensor_file = directory / f"{name}.safetensors"
-    tensors = load_file(str(tensor_file)) if tensor_file.exists() else {}
-    return _decode(json.loads((directory / f"{name}.json").read_text()), tensors)
+    try:
+        tensors = load_file(str(tensor_file)) if tensor_file.exists() else {}
+    except SafetensorError as e:
+        raise CheckpointError(f"{tensor_file} is not a readable safetensors file: {e}") from e
+    document = read_json(directory / f"{name}.json")
+    try:
+        return _decode(document, tensors)
+    except (KeyError, TypeError, ValueError, RecursionError) as e:
+        raise CheckpointError(
+            f"{directory / name}.json does not describe a checkpointed value: {e!r}"
+        ) from e
 
 
 # ----------------------------------------------------------------------------------------------
@@ -153,12 +178,19 @@ def verify_manifest(directory: Path) -> dict[str, Any]:
     manifest_path = directory / MANIFEST
     if not manifest_path.is_file():
         raise CheckpointError(f"checkpoint {directory} has no {MANIFEST} (incomplete write?)")
-    try:
-        manifest = json.loads(manifest_path.read_text())
-    except json.JSONDecodeError as e:
-        raise CheckpointError(f"checkpoint {directory}: {MANIFEST} is not valid JSON: {e}") from e
-    for rel, expected in manifest["files"].items():
+    manifest = read_json(manifest_path)
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not (
+        isinstance(files, dict)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in files.items())
+    ):
+        raise CheckpointError(
+            f"{manifest_path}: expected an object whose 'files' maps each file to its sha256"
+        )
+    for rel, expected in files.items():
         path = directory / rel
+        if Path(rel).is_absolute() or ".." in Path(rel).parts:
+            raise CheckpointError(f"{manifest_path}: {rel!r} is not a path inside the checkpoint")
         if not path.is_file():
             raise CheckpointError(f"checkpoint {directory}: {rel} listed in {MANIFEST} is missing")
         actual = _sha256(path)
@@ -193,9 +225,26 @@ def save_checkpoint(
     run_dir: Path, step: int, write: Callable[[Path], None], keep_last: int
 ) -> Path:
     """Run `write(tmp_dir)` to fill a step directory, then publish it atomically; returns it."""
-    tmp = begin_checkpoint(run_dir, step)
-    write(tmp)
+    with failed_write_removed(run_dir, step):
+        write(begin_checkpoint(run_dir, step))
     return publish_checkpoint(run_dir, step, keep_last)
+
+
+@contextmanager
+def failed_write_removed(run_dir: Path, step: int) -> Iterator[None]:
+    """A write into step-NNNNNN.tmp/ that fails for want of space or on an I/O error removes the
+    .tmp dir and raises CheckpointError: `latest` still names the previous checkpoint."""
+    try:
+        yield
+    except (OSError, SafetensorError) as e:
+        tmp = checkpoints_dir(run_dir) / f"{step_dir_name(step)}.tmp"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        previous = read_latest_name(run_dir)
+        raise CheckpointError(
+            f"could not write the checkpoint of step {step} under {checkpoints_dir(run_dir)}: "
+            f"{e}; `latest` still names {previous or 'no checkpoint'}"
+        ) from e
 
 
 def begin_checkpoint(run_dir: Path, step: int) -> Path:
@@ -217,7 +266,8 @@ def publish_checkpoint(run_dir: Path, step: int, keep_last: int) -> Path:
     root = checkpoints_dir(run_dir)
     final = root / step_dir_name(step)
     tmp = root / f"{final.name}.tmp"
-    write_manifest(tmp, step)
+    with failed_write_removed(run_dir, step):
+        write_manifest(tmp, step)
     if final.exists():  # written before a crash that came ahead of its `latest` update
         if read_latest_name(run_dir) == final.name:
             raise CheckpointError(f"refusing to overwrite {final}: `latest` names it")
@@ -236,7 +286,10 @@ def read_latest_name(run_dir: Path) -> str | None:
     latest = checkpoints_dir(run_dir) / LATEST
     if not latest.is_file():
         return None
-    return latest.read_text().strip()
+    try:
+        return latest.read_bytes().decode("utf-8").strip()
+    except UnicodeDecodeError as e:
+        raise CheckpointError(f"{latest} is not UTF-8 text: {e}") from e
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:

@@ -4,9 +4,11 @@ shard of the optimizer state, nothing is gathered; rank 0 still writes the model
     step-000123/                    the model directory (gathered weights: 2-4 bytes/param on rank 0)
       trainer_state/
         state.json                  scheduler, loader, backend, knobs, orchestrator (as "full")
-        sharded.json                the layout: writer (dcp | deepspeed), backend, world size, stage
+        sharded.json                the layout: writer (safetensors | deepspeed), backend, world
+                                    size, stage
         rng/rank-00000.json ...     every rank's RNG streams
-        optimizer_dcp/              writer dcp (single, ddp, fsdp2): .metadata, __<rank>_0.distcp
+        optimizer_shards/           writer safetensors (single, ddp, fsdp2): rank-<r>.safetensors
+                                    + rank-<r>.json per rank, param_groups.json
         deepspeed/zero/             writer deepspeed: DeepSpeed's own mp_rank_* / zero_pp_rank_* files
       manifest.json                 sha256 of every file, shards included
 
@@ -16,8 +18,13 @@ manifest, renames, updates `latest`. A SIGKILL anywhere before the rename leaves
 
 Resume reads whatever the checkpoint holds, whatever checkpoint.format says now (it decides how the
 next checkpoints are written): no sharded.json is the "full" format (any backend, any world size);
-DCP shards reshard on load (single, ddp or fsdp2, any world size); DeepSpeed's ZeRO shards resume
-only under deepspeed with the same world size and ZeRO stage (no universal-checkpoint conversion).
+safetensors shards reshard on load (single, ddp or fsdp2, any world size; backends/
+optimizer_shards.py); DeepSpeed's ZeRO shards resume only under deepspeed with the same world size
+and ZeRO stage (no universal-checkpoint conversion), and load without unpickling code
+(backends/deepspeed_load.py).
+
+Format version 1 held torch.distributed.checkpoint files, whose reader unpickles its `.metadata`:
+a checkpoint from elsewhere could run code on resume. This ats-train refuses them (issue 22).
 """
 
 from __future__ import annotations
@@ -33,8 +40,10 @@ from ats_train.checkpoint import (
     CheckpointError,
     begin_checkpoint,
     checkpoints_dir,
+    failed_write_removed,
     load_tree,
     publish_checkpoint,
+    read_json,
     save_tree,
     step_dir_name,
 )
@@ -44,13 +53,13 @@ if TYPE_CHECKING:  # backends import this module for the directory names below
 
 TRAINER_STATE = "trainer_state"
 LAYOUT = "sharded.json"
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2  # 1: torch.distributed.checkpoint shards (unpickled on load: refused)
 RNG_DIR = "rng"
-DCP_DIR = "optimizer_dcp"
+SHARDS_DIR = "optimizer_shards"
 DEEPSPEED_DIR = "deepspeed"
 DEEPSPEED_TAG = "zero"  # DeepSpeed's checkpoint tag: its files go to deepspeed/zero/
 # which backends read each writer's shards
-READERS = {"dcp": ("single", "ddp", "fsdp2"), "deepspeed": ("deepspeed",)}
+READERS = {"safetensors": ("single", "ddp", "fsdp2"), "deepspeed": ("deepspeed",)}
 
 
 def _rank_name(rank: int) -> str:
@@ -73,13 +82,14 @@ def save_sharded_checkpoint(
     backend.barrier()  # stale .tmp dirs are gone and the new one exists before any rank writes
     tmp = checkpoints_dir(run_dir) / f"{step_dir_name(step)}.tmp"
     state_dir = tmp / TRAINER_STATE
-    backend.save_optimizer_shards(optimizer, state_dir)  # a collective: each rank its own shard
-    (state_dir / RNG_DIR).mkdir(exist_ok=True)
-    save_tree(state_dir / RNG_DIR, _rank_name(backend.rank), rng)
-    if backend.is_main:
-        write_main(tmp)
-        layout = {"format_version": LAYOUT_VERSION, **backend.sharded_layout()}
-        (state_dir / LAYOUT).write_text(json.dumps(layout, indent=1))
+    with failed_write_removed(run_dir, step):
+        backend.save_optimizer_shards(optimizer, state_dir)  # each rank its own shard
+        (state_dir / RNG_DIR).mkdir(exist_ok=True)
+        save_tree(state_dir / RNG_DIR, _rank_name(backend.rank), rng)
+        if backend.is_main:
+            write_main(tmp)
+            layout = {"format_version": LAYOUT_VERSION, **backend.sharded_layout()}
+            (state_dir / LAYOUT).write_text(json.dumps(layout, indent=1))
     backend.barrier()  # every rank's files are complete before rank 0 hashes them
     if backend.is_main:
         return publish_checkpoint(run_dir, step, keep_last)
@@ -91,12 +101,24 @@ def read_layout(checkpoint: Path) -> dict[str, Any] | None:
     path = Path(checkpoint) / TRAINER_STATE / LAYOUT
     if not path.is_file():
         return None
-    layout = json.loads(path.read_text())
-    if layout["format_version"] != LAYOUT_VERSION:
+    layout = read_json(path)
+    if not isinstance(layout, dict):
+        raise CheckpointError(f"{path}: expected a JSON object, got {type(layout).__name__}")
+    version = layout.get("format_version")
+    if version == 1:
         raise CheckpointError(
-            f"{path}: format_version {layout['format_version']!r}, this ats-train reads "
-            f"{LAYOUT_VERSION}"
+            f"{path}: format_version 1, optimizer shards in torch.distributed.checkpoint's "
+            "format, which unpickles on load and can run code: this ats-train does not read it. "
+            "Resume it with the ats-train that wrote it, with checkpoint.format = 'full', and "
+            "resume here from that run's next checkpoint"
         )
+    if version != LAYOUT_VERSION:
+        raise CheckpointError(
+            f"{path}: format_version {version!r}, this ats-train reads {LAYOUT_VERSION}"
+        )
+    for key, kind in (("writer", str), ("backend", str), ("world_size", int)):
+        if not isinstance(layout.get(key), kind):
+            raise CheckpointError(f"{path}: {key!r} missing or not a {kind.__name__}")
     return layout
 
 

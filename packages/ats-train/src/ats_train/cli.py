@@ -4,8 +4,9 @@
     ats-train plot RUN_DIR
     ats-train plan --flops 1e20 [--law approach1|parametric] [--preset NAME]
 
-Bad input (config typo, missing data, unwritable run dir, a checkpoint of another model) exits
-with status 2 and one line on stderr; nothing already in the run dir is touched before the checks.
+Bad input (config typo, missing data, unwritable run dir, a checkpoint of another model, a run
+dir another ats-train holds) exits with status 2 and one line on stderr; nothing already in the
+run dir is touched before the checks.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ from ats_tokenizer.hf_json import TokenizerFileError
 
 from ats_train.checkpoint import CheckpointError
 from ats_train.config import ConfigError, load_config
+from ats_train.run_lock import RunDirInUse
 
 # what bad input raises (one line, exit 2); anything else is a bug and keeps its traceback
-USER_ERRORS = (ConfigError, CheckpointError, DataError, TokenizerFileError, OSError)
+USER_ERRORS = (ConfigError, CheckpointError, DataError, TokenizerFileError, RunDirInUse, OSError)
 
 
 def _train_parser() -> argparse.ArgumentParser:
@@ -68,14 +70,12 @@ def train(args: argparse.Namespace) -> None:
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     run_dir = writable_run_dir(args.run_dir or Path("runs") / stamp)
     t0 = time.perf_counter()
-    trainer = build_trainer(config, run_dir)
-    try:
+    # the run dir stays locked, and the metrics sinks open, until the block ends, however it ends
+    with build_trainer(config, run_dir) as trainer:
         trainer.train()
-    finally:
-        trainer.metrics.close()
-    model_dir = trainer.export()
-    # every rank samples (an fsdp2 forward is a collective); rank 0 prints
-    sample = trainer.sample() if config.train.sample_tokens else None
+        model_dir = trainer.export()
+        # every rank samples (an fsdp2 forward is a collective); rank 0 prints
+        sample = trainer.sample() if config.train.sample_tokens else None
     trainer.backend.close()
     if not trainer.backend.is_main:
         return

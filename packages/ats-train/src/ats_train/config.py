@@ -36,7 +36,7 @@ COLOSSALAI_PLUGINS = ("low_level_zero",)
 COLOSSALAI_PLUGINS_PLANNED = ("gemini",)
 KERNELS = ("auto", "reference", "triton", "cuda")
 # full: rank 0 writes the gathered optimizer state (resumes anywhere); sharded: every rank writes
-# its own shard (torch.distributed.checkpoint, or DeepSpeed's own ZeRO files): checkpoint_sharded.py
+# its own shard (safetensors + JSON, or DeepSpeed's own ZeRO files): checkpoint_sharded.py
 CHECKPOINT_FORMATS = ("full", "sharded")
 
 
@@ -446,10 +446,63 @@ def valid_keys() -> list[str]:
     return keys
 
 
+# Names other trainers use for a knob (by meaning: edit distance alone sends `learning_rate` to
+# `min_lr`). A key's last part is looked up here before the spelling is compared.
+ALIASES = {
+    "learning_rate": "lr",
+    "max_lr": "lr",
+    "peak_lr": "lr",
+    "final_lr": "min_lr",
+    "lr_min": "min_lr",
+    "wd": "weight_decay",
+    "adam_betas": "betas",
+    "adam_eps": "eps",
+    "epsilon": "eps",
+    "clip_grad": "grad_clip",
+    "max_grad_norm": "grad_clip",
+    "gradient_clipping": "grad_clip",
+    "warmup": "warmup_steps",
+    "warmup_iters": "warmup_steps",
+    "lr_schedule": "schedule",
+    "scheduler": "schedule",
+    "max_steps": "steps",
+    "max_iters": "steps",
+    "iters": "steps",
+    "num_steps": "steps",
+    "block_size": "seq_len",
+    "context_length": "seq_len",
+    "seq_length": "seq_len",
+    "gradient_accumulation_steps": "micro_batch_size",
+    "micro_batch": "micro_batch_size",
+    "dtype": "precision",
+    "mixed_precision": "precision",
+}
+
+
+def suggest_key(key: str, keys: list[str]) -> str | None:
+    """The valid key `key` most likely means: an alias of its last part in the same section
+    (or any section), else the closest spelling."""
+    *section, last = key.split(".")
+    if last in ALIASES:
+        wanted = [k for k in keys if k.split(".")[-1] == ALIASES[last]]
+        same_section = [k for k in wanted if k.split(".")[:-1] == section]
+        if same_section or wanted:
+            return (same_section or wanted)[0]
+    close = difflib.get_close_matches(key, keys, n=1, cutoff=0.5)
+    return close[0] if close else None
+
+
 def _unknown_key(key: str) -> ConfigError:
-    close = difflib.get_close_matches(key, valid_keys(), n=1, cutoff=0.5)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
+    close = suggest_key(key, valid_keys())
+    hint = f"; did you mean {close!r}?" if close else ""
     return ConfigError(f"unknown config key {key!r}{hint}")
+
+
+def _finite(key: str, value: float) -> float:
+    """No float knob means anything at inf or nan (None is how a knob says "no limit")."""
+    if not math.isfinite(value):
+        raise ConfigError(f"{key} = {value} is not a finite number")
+    return value
 
 
 def _hint_for(key: str) -> Any:
@@ -484,6 +537,8 @@ def _parse_text(text: str) -> Any:
         return tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"cannot parse {text!r}") from e
+    except RecursionError as e:
+        raise ValueError(f"{text[:40]!r}... nests arrays or tables too deeply") from e
 
 
 def coerce(key: str, value: Any, hint: Any) -> Any:
@@ -517,9 +572,9 @@ def coerce(key: str, value: Any, hint: Any) -> Any:
                 return int(value.replace("_", ""))
         elif hint is float:
             if isinstance(value, (int, float)) and not isinstance(value, bool):
-                return float(value)
+                return _finite(key, float(value))
             if isinstance(value, str):
-                return float(value)
+                return _finite(key, float(value))
         elif hint is str:
             if isinstance(value, str):
                 return value
@@ -543,8 +598,14 @@ def coerce(key: str, value: Any, hint: Any) -> Any:
     except ConfigError:
         raise
     except ValueError as e:
-        raise ConfigError(f"{key} = {value!r} is not a valid {expected}") from e
-    raise ConfigError(f"{key} = {value!r} is not a valid {expected}")
+        raise ConfigError(f"{key} = {_shown(value)} is not a valid {expected}") from e
+    raise ConfigError(f"{key} = {_shown(value)} is not a valid {expected}")
+
+
+def _shown(value: Any, limit: int = 80) -> str:
+    """A value as the error line shows it: repr, cut to `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def _is_table_field(key: str) -> bool:
@@ -624,13 +685,21 @@ def load_config(
     flat: dict[str, Any] = {}
     if path is not None:
         path = Path(path)
+        if path.is_dir():
+            raise ConfigError(
+                f"config file {path} is a directory; pass a TOML file (a run dir's config.toml)"
+            )
         if not path.is_file():
             raise ConfigError(f"config file {path} does not exist")
         try:
-            raw = tomllib.loads(path.read_text())
+            raw = tomllib.loads(path.read_bytes().decode("utf-8"))
+            flat.update(_flatten(raw))
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"config file {path} is not UTF-8 text: {e}") from e
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"config file {path} is not valid TOML: {e}") from e
-        flat.update(_flatten(raw))
+        except RecursionError as e:
+            raise ConfigError(f"config file {path} nests tables or arrays too deeply") from e
     for text in overrides:
         key, value = parse_override(text)
         _hint_for(key)

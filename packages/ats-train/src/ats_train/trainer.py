@@ -70,6 +70,7 @@ from ats_train.orchestrator.settings import FaultsSection
 from ats_train.parallelize import parallelize
 from ats_train.precision import Precision, build_precision
 from ats_train.profiling import StepProfiler
+from ats_train.run_lock import RunLock
 
 STATE_VERSION = 2  # 2: the run's attention backend
 
@@ -158,7 +159,24 @@ class Trainer:
     graphed: GraphedLoss | None = None  # train.cuda_graphs: forward + backward from CUDA graphs
     attention: AttentionBackend = field(default_factory=lambda: AttentionBackend(None, {}))
     profiler: StepProfiler = field(default_factory=StepProfiler.disabled)  # profile.steps
+    run_lock: RunLock | None = None  # the main rank's hold on run_dir (run_lock.py)
     _queued: _Queued | None = None  # train.overlap_host: the step recorded at the next one
+
+    # ---- the end of a process's use: every exit path -----------------------------------------
+    def close(self) -> None:
+        """Close every metrics sink and release the run dir; idempotent. `with trainer:` calls
+        it however the block ends."""
+        try:
+            self.metrics.close()
+        finally:
+            if self.run_lock is not None:
+                self.run_lock.release()
+
+    def __enter__(self) -> Trainer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # ---- the loop ------------------------------------------------------------------------------
     def train(self) -> None:
@@ -622,11 +640,35 @@ def size_run(config: TrainConfig, model_config: ModelConfig) -> None:
 
 
 def build_trainer(config: TrainConfig, run_dir: Path) -> Trainer:
-    """Every component, in dependency order; nothing in run_dir changes before the checks pass."""
-    train = config.train
-    device = resolve_device(train.device)
-    precision = build_precision(train.precision, device)
+    """Every component, in dependency order, and the checkpoint's state loaded: nothing in run_dir
+    changes before every check passes (config.toml and metrics are written last). The main rank
+    takes the run dir's lock first and holds it until Trainer.close()."""
+    device = resolve_device(config.train.device)
+    precision = build_precision(config.train.precision, device)
     backend = build_backend(config.parallel, device, precision, config=config)
+    lock = RunLock.acquire(run_dir) if backend.is_main else None
+    try:
+        trainer, resume_from = _build(config, run_dir, backend, precision)
+        trainer.run_lock = lock
+        # every check passed: from here on the run dir changes
+        resume_step = checkpoint_step(resume_from) if resume_from is not None else None
+        if backend.is_main:
+            write_resolved_config(run_dir, config, resume_step)
+        trainer.metrics.open()
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    if resume_from is not None:
+        trainer.metrics.message(f"resumed from {resume_from} at step {trainer.step}")
+    return trainer
+
+
+def _build(
+    config: TrainConfig, run_dir: Path, backend: Backend, precision: Precision
+) -> tuple[Trainer, Path | None]:
+    """build_trainer's components and resume, with nothing written: (trainer, checkpoint)."""
+    train = config.train
     if train.batch_size % backend.world_size:
         raise ConfigError(
             f"train.batch_size = {train.batch_size} is not divisible by the world size "
@@ -641,10 +683,8 @@ def build_trainer(config: TrainConfig, run_dir: Path) -> Trainer:
     if resume_from is not None:
         check_same_model(read_config(resume_from), model_config, resume_from)
         check_resumable(resume_from, backend)
-    check_cuda_graphs(run_config, model_config, device, backend.world_size)
+    check_cuda_graphs(run_config, model_config, backend.device, backend.world_size)
     resume_step = checkpoint_step(resume_from) if resume_from is not None else None
-    if backend.is_main:
-        write_resolved_config(run_dir, config, resume_step)
     config, train = run_config, run_config.train
 
     device = backend.device  # this rank's: cuda:LOCAL_RANK under torchrun
@@ -713,5 +753,4 @@ def build_trainer(config: TrainConfig, run_dir: Path) -> Trainer:
     )
     if resume_from is not None:
         trainer.load(resume_from)
-        trainer.metrics.message(f"resumed from {resume_from} at step {trainer.step}")
-    return trainer
+    return trainer, resume_from

@@ -17,7 +17,7 @@ def main(run_dir: str, out_json: str, overrides: list[str]) -> None:
     val_loss = trainer.evaluate()
     if trainer.backend.is_main:
         Path(out_json).write_text(json.dumps({"step": trainer.step, "val_loss": val_loss}))
-    trainer.metrics.close()
+    trainer.close()
     trainer.backend.close()
 
 

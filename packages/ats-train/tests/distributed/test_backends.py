@@ -133,9 +133,9 @@ def test_fsdp2_checkpoint_resumes_on_one_and_on_two_ranks(
 def test_fsdp2_sharded_checkpoint_resumes_on_two_ranks_on_one_and_with_ddp(
     reference: Path, overrides, tmp_path: Path
 ) -> None:
-    """checkpoint.format = sharded: fsdp2 on 2 ranks writes its DTensor optimizer shards with DCP
-    (one file per rank, nothing gathered) at step 4; fsdp2 on 2 ranks, `single` on 1 and ddp on 2
-    continue to step 6 (DCP reshards on load): steps 5-6 and the final weights, which need the
+    """checkpoint.format = sharded: fsdp2 on 2 ranks writes its DTensor optimizer shards to
+    safetensors (one file per rank, nothing gathered) at step 4; fsdp2 on 2 ranks, `single` on 1
+    and ddp on 2 continue to step 6 (resharded on load): steps 5-6 and the final weights, which need the
     restored Adam moments, match the uninterrupted single-process run."""
     saved = tmp_path / "saved"
     sharded = {"checkpoint__format": "sharded"}
@@ -146,10 +146,9 @@ def test_fsdp2_sharded_checkpoint_resumes_on_two_ranks_on_one_and_with_ddp(
     )
     step4 = saved / "checkpoints" / "step-000004" / "trainer_state"
     assert not (step4 / "optimizer.json").exists()
-    assert {p.name for p in (step4 / "optimizer_dcp").iterdir()} == {
-        ".metadata",
-        "__0_0.distcp",
-        "__1_0.distcp",
+    assert {p.name for p in (step4 / "optimizer_shards").iterdir()} == {
+        "param_groups.json",
+        *(f"rank-0000{r}.{ext}" for r in (0, 1) for ext in ("json", "safetensors")),
     }
     assert {p.name for p in (step4 / "rng").iterdir()} == {
         f"rank-0000{r}.{ext}" for r in (0, 1) for ext in ("json", "safetensors")

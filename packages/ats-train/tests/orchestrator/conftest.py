@@ -86,7 +86,7 @@ def train_run(prepared: tuple[Path, Path], run_dir: Path, extra: dict[str, objec
     try:
         trainer.train()
     finally:
-        trainer.metrics.close()
+        trainer.close()
     return Run(trainer, run_dir)
 
 

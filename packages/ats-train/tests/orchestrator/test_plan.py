@@ -25,6 +25,14 @@ def test_plan_cli_for_a_preset_and_bad_input(capsys) -> None:
     assert main(["plan", "--flops", "1e18", "--preset", "nope"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 2 and "--preset 'nope' is not a preset" in err
+    for flops in ("inf", "nan", "-1e20"):  # inf printed a plan of nan, rc 0
+        assert main(["plan", f"--flops={flops}"]) == 2
+        err = capsys.readouterr()
+        assert err.out == ""
+        assert (
+            err.err
+            == f"ats-train plan: error: --flops = {float(flops)} must be a finite number > 0\n"
+        )
 
 
 @pytest.mark.parametrize("steps_from", ["tokens_per_param", "flops"])
@@ -32,7 +40,7 @@ def test_the_trainer_sizes_its_run_from_the_plan(overrides, tmp_path, steps_from
     extra = {"plan__steps_from": steps_from, "plan__tokens_per_param": 2, "plan__flops": 3e11}
     config = load_config(None, overrides(**extra))
     trainer = build_trainer(config, tmp_path)
-    trainer.metrics.close()
+    trainer.close()
     model_config = trainer.raw_model.config
     tokens_per_step = 4 * 32
     if steps_from == "tokens_per_param":

@@ -66,8 +66,8 @@ class Backend(Protocol):
     ) -> None: ...
 
     def sharded_layout(self) -> dict[str, object]:
-        """What save_optimizer_shards writes (checkpoint_sharded.py): writer ("dcp" or
-        "deepspeed"), backend, world_size (and zero_stage), JSON-ready; a resume checks it."""
+        """What save_optimizer_shards writes (checkpoint_sharded.py): writer ("safetensors"
+        or "deepspeed"), backend, world_size (and zero_stage), JSON-ready; a resume checks it."""
         ...
 
     def save_optimizer_shards(self, optimizer: torch.optim.Optimizer, directory: Path) -> None:

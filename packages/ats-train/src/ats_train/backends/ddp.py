@@ -3,8 +3,8 @@
 Launched by torchrun (gloo on CPU, NCCL on CUDA). Gradient accumulation skips the all-reduce on
 all but the last micro-batch (no_sync). Weights and optimizer state are replicated, so saving is
 the single backend's format written by rank 0 from the unwrapped model; it loads on any world
-size. checkpoint.format = "sharded" writes the optimizer state with DCP as single does (the
-replicas are written once), resumable by single, ddp and fsdp2 on any world size.
+size. checkpoint.format = "sharded" writes the optimizer state as single does (optimizer_shards.py;
+the replicas are written once), resumable by single, ddp and fsdp2 on any world size.
 """
 
 from __future__ import annotations

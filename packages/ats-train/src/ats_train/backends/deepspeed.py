@@ -44,6 +44,7 @@ from ats_train.backends.deepspeed_config import (
     offload_device,
     offload_ratio,
 )
+from ats_train.backends.deepspeed_load import weights_only_loads
 from ats_train.backends.process_group import (
     all_reduce_mean,
     all_reduce_mean_tensor,
@@ -426,14 +427,16 @@ class DeepSpeedBackend:
         # load_module_strict: the module is this run's model, every name must match;
         # load_optimizer_states: the point (fp32 masters and Adam moments, this rank's partition);
         # load_lr_scheduler_states=False: ATS passes no scheduler, it sets the LR every step.
-        path, _ = self._engine.load_checkpoint(
-            str(directory / DEEPSPEED_DIR),
-            tag=DEEPSPEED_TAG,
-            load_module_strict=True,
-            load_optimizer_states=True,
-            load_lr_scheduler_states=False,
-            load_module_only=False,
-        )
+        # DeepSpeed's files are torch.save pickles: read weights-only (deepspeed_load.py).
+        with weights_only_loads(self._engine):
+            path, _ = self._engine.load_checkpoint(
+                str(directory / DEEPSPEED_DIR),
+                tag=DEEPSPEED_TAG,
+                load_module_strict=True,
+                load_optimizer_states=True,
+                load_lr_scheduler_states=False,
+                load_module_only=False,
+            )
         if path is None:
             raise CheckpointError(
                 f"DeepSpeed found no checkpoint under {directory / DEEPSPEED_DIR}"

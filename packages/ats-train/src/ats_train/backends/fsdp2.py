@@ -26,8 +26,8 @@ the block context stay fp32, as they are in the single-device run.
 Checkpoints are gathered with torch.distributed.checkpoint's state-dict API (full_state_dict,
 cpu_offload) and written by rank 0 in the single backend's format, so they resume on any world
 size and the model directory is a plain ATS model directory. With checkpoint.format = "sharded"
-the optimizer state is not gathered: each rank writes its DTensor shards with DCP
-(optimizer_dcp.py), which reshards them on load for any world size and for single or ddp.
+the optimizer state is not gathered: each rank writes its DTensor shards to safetensors
+(optimizer_shards.py), resharded on load for any world size and for single or ddp.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully
 from torch.distributed.tensor import DTensor
 
 from ats_train.backends.fsdp2_local_step import LocalShardStep
-from ats_train.backends.optimizer_dcp import load_optimizer_dcp, save_optimizer_dcp
+from ats_train.backends.optimizer_shards import load_optimizer_shards, save_optimizer_shards
 from ats_train.backends.process_group import (
     all_reduce_mean,
     all_reduce_mean_tensor,
@@ -57,7 +57,7 @@ from ats_train.backends.process_group import (
     leave_process_group,
 )
 from ats_train.checkpoint import CheckpointError
-from ats_train.checkpoint_sharded import DCP_DIR
+from ats_train.checkpoint_sharded import SHARDS_DIR
 from ats_train.config import ConfigError
 from ats_train.model_state import read_model_state
 from ats_train.precision import Precision
@@ -206,13 +206,13 @@ class FSDP2Backend:
         self._step = LocalShardStep(optimizer, self.device)  # the update's state is the loaded one
 
     def sharded_layout(self) -> dict[str, object]:
-        return {"writer": "dcp", "backend": self.name, "world_size": self.world_size}
+        return {"writer": "safetensors", "backend": self.name, "world_size": self.world_size}
 
     def save_optimizer_shards(self, optimizer: torch.optim.Optimizer, directory: Path) -> None:
-        save_optimizer_dcp(self._model, optimizer, directory / DCP_DIR)
+        save_optimizer_shards(self._model, optimizer, directory / SHARDS_DIR, self.rank)
 
     def load_optimizer_shards(self, optimizer: torch.optim.Optimizer, directory: Path) -> None:
-        load_optimizer_dcp(self._model, optimizer, directory / DCP_DIR)
+        load_optimizer_shards(self._model, optimizer, directory / SHARDS_DIR, self.rank)
         self._step = LocalShardStep(optimizer, self.device)  # the update's state is the loaded one
 
     def all_reduce_mean(self, value: float) -> float:

@@ -9,9 +9,9 @@ import torch
 from torch import nn
 
 from ats_train.backends.guarded_step import queue_step_if_finite, step_if_finite
-from ats_train.backends.optimizer_dcp import load_optimizer_dcp, save_optimizer_dcp
+from ats_train.backends.optimizer_shards import load_optimizer_shards, save_optimizer_shards
 from ats_train.checkpoint import CheckpointError
-from ats_train.checkpoint_sharded import DCP_DIR
+from ats_train.checkpoint_sharded import SHARDS_DIR
 from ats_train.model_state import read_model_state
 from ats_train.precision import Precision
 
@@ -106,13 +106,13 @@ class SingleBackend:
         optimizer.load_state_dict(state)
 
     def sharded_layout(self) -> dict[str, object]:
-        return {"writer": "dcp", "backend": self.name, "world_size": self.world_size}
+        return {"writer": "safetensors", "backend": self.name, "world_size": self.world_size}
 
     def save_optimizer_shards(self, optimizer: torch.optim.Optimizer, directory: Path) -> None:
-        save_optimizer_dcp(self._model, optimizer, directory / DCP_DIR)
+        save_optimizer_shards(self._model, optimizer, directory / SHARDS_DIR, self.rank)
 
     def load_optimizer_shards(self, optimizer: torch.optim.Optimizer, directory: Path) -> None:
-        load_optimizer_dcp(self._model, optimizer, directory / DCP_DIR)
+        load_optimizer_shards(self._model, optimizer, directory / SHARDS_DIR, self.rank)
 
     def all_reduce_mean(self, value: float) -> float:
         return value

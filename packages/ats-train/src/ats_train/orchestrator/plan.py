@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 from ats_train.errors import ConfigError
 from ats_train.orchestrator.chinchilla import (
@@ -29,8 +30,8 @@ def plan_parser() -> argparse.ArgumentParser:
 
 
 def plan_report(args: argparse.Namespace) -> list[str]:
-    if not args.flops > 0:
-        raise ConfigError(f"--flops = {args.flops} must be > 0")
+    if not (math.isfinite(args.flops) and args.flops > 0):
+        raise ConfigError(f"--flops = {args.flops} must be a finite number > 0")
     if args.seq_len < 1 or args.batch_size < 1:
         raise ConfigError("--seq-len and --batch-size must be >= 1")
     lines = describe(compute_optimal(args.flops, args.law))

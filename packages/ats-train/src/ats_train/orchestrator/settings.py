@@ -116,6 +116,10 @@ class FaultsSection:
             if f.name.endswith("_at_step") and value is not None:
                 _check(value >= 1, f"faults.{f.name} = {value} must be >= 1")
         _check(self.oom_max_micro_batch >= 1, "faults.oom_max_micro_batch must be >= 1")
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name.endswith("_factor"):
+                _check(value > 0, f"faults.{f.name} = {value} must be > 0")
 
 
 @dataclass
