@@ -1,4 +1,4 @@
-"""End-to-end training throughput and MFU on one device (issue 5): kernels="auto" vs "reference".
+"""End-to-end training throughput and MFU on one device: kernels="auto" vs "reference".
 
 The model, torch.compile, optimizer, precision and backend come from ats_train's own build functions
 (build_model_config, build_model, parallelize, build_optimizer (fused AdamW), build_precision,

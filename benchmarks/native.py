@@ -1,4 +1,4 @@
-"""Native runtime benchmark (issue 7): prefill and batch-1 decode tokens/s of the ATS C++ runtime
+"""Native runtime benchmark: prefill and batch-1 decode tokens/s of the ATS C++ runtime
 (`ats_native.Model`) on this CPU, against (a) ats-model in PyTorch eager (fp32) and (b) llama.cpp
 (`llama-cpp-python`, built from its PyPI sdist) on the GGUF export of the same weights:
 ats fp32 vs F32, ats int8 vs Q8_0, ats int4 (groups of 32) vs Q4_0.
