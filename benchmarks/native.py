@@ -228,9 +228,31 @@ def bench_torch(
     return best_rates(run, len(prompt), n_decode, reps)
 
 
+def load_libstdcxx_globally() -> None:
+    """Put libstdc++ in the process's global symbol scope before llama_cpp loads libllama.
+
+    libllama/libggml built from the llama-cpp-python sdist on the GPU machine's image list no
+    libstdc++ in DT_NEEDED (`readelf -d`), so in a Python process, which does not link libstdc++,
+    their first iostream call (a std::stringstream in llama_model::print_info) segfaults; the
+    GGUF files are not at fault: llama.cpp's own llama-simple, built from the same source and
+    linked by g++, loads and decodes them there, and with libstdc++ loaded first (this function,
+    or LD_PRELOAD) llama_cpp does too. Where libllama already needs libstdc++ this changes nothing.
+    """
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("stdc++")
+    if name is None:
+        raise RuntimeError(
+            "libstdc++ not found (ctypes.util.find_library('stdc++')); llama.cpp needs it"
+        )
+    ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL)
+
+
 def llama_cpp_worker(args: argparse.Namespace) -> None:
     """Runs inside the llama.cpp venv (no ATS imports): prints {"prefill", "decode"} tokens/s and
     saves the logits after the prompt to args.logits_out (the same-weights check)."""
+    load_libstdcxx_globally()
     import llama_cpp
 
     gguf, prompt_len, n_decode = args.llama_cpp_worker, args.prompt_len, args.decode
