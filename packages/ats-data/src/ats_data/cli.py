@@ -1,14 +1,18 @@
-"""The `ats-data` command: `prepare` a source into token shards, `info` on a prepared folder.
+"""The `ats-data` command: `prepare` a source into token shards, `extract` its cleaned documents
+as JSONL, `info` on a prepared folder.
 Bad input ends with one line on stderr and exit status 1 (2 for bad command-line usage)."""
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 from ats_data.dataset import ShardDataset
+from ats_data.dedup import DEDUP_MODES
 from ats_data.errors import DataError
+from ats_data.extract import extract
 from ats_data.prepare import prepare
-from ats_data.shards import DEFAULT_SHARD_TOKENS
+from ats_data.shards import DEFAULT_SHARD_TOKENS, check_workers
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -37,6 +41,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--hash", dest="hash_algo", choices=("sha256", "blake2b"), default="sha256")
     p.add_argument("--shard-tokens", type=int, default=DEFAULT_SHARD_TOKENS)
     p.add_argument("--overwrite", action="store_true", help="replace a dataset already in --out")
+    e = sub.add_parser("extract", help="clean and dedup a source into JSONL (no tokenising)")
+    e.add_argument("--source", required=True, help="as for prepare, e.g. wikipedia:DUMP.xml.bz2")
+    e.add_argument("--out", required=True, type=Path, help="output FILE.jsonl")
+    e.add_argument("--dedup", choices=DEDUP_MODES, default="exact")
+    e.add_argument("--workers", type=int, default=1, help="processes for conversion and MinHash")
+    e.add_argument("--force", action="store_true", help="replace an existing --out file")
     i = sub.add_parser("info", help="validate a prepared folder and summarize it")
     i.add_argument("dir", type=Path)
     i.add_argument("--no-verify", action="store_true", help="skip the sha256 check of shards")
@@ -63,7 +73,13 @@ def _summary(ds: ShardDataset, verified: bool) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        if args.command == "prepare":
+        if args.command == "extract":
+            check_workers(args.workers)
+            report = extract(
+                args.source, args.out, dedup=args.dedup, workers=args.workers, force=args.force
+            )
+            print(json.dumps(report, indent=1))
+        elif args.command == "prepare":
             out = prepare(
                 args.source,
                 args.tokenizer,
