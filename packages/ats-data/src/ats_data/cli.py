@@ -24,7 +24,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--source",
         required=True,
-        help="text file, folder, glob, .jsonl, .parquet, .arrow, or 'stdlib' / 'stdlib:PACKAGE'",
+        help="text file, folder, glob, .jsonl, .parquet, .arrow, 'stdlib' / 'stdlib:PACKAGE', or "
+        "a corpus dump: wikipedia:PATH, arxiv[CATEGORIES]:PATH, stackexchange[SITES]:PATH, "
+        "gutenberg:PATH, pubmed:PATH",
     )
     p.add_argument("--tokenizer", required=True, type=Path, help="tokenizer.json")
     p.add_argument("--out", required=True, type=Path, help="output folder")
@@ -40,7 +42,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--text-field", default="text", help="JSONL field / Parquet column")
     p.add_argument("--hash", dest="hash_algo", choices=("sha256", "blake2b"), default="sha256")
     p.add_argument("--shard-tokens", type=int, default=DEFAULT_SHARD_TOKENS)
-    p.add_argument("--overwrite", action="store_true", help="replace a dataset already in --out")
+    p.add_argument("--dedup", choices=DEDUP_MODES, default="exact", help="minhash: after exact")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a dataset already in --out, or write into a non-empty folder that is not one",
+    )
     e = sub.add_parser("extract", help="clean and dedup a source into JSONL (no tokenising)")
     e.add_argument("--source", required=True, help="as for prepare, e.g. wikipedia:DUMP.xml.bz2")
     e.add_argument("--out", required=True, type=Path, help="output FILE.jsonl")
@@ -91,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
                 text_field=args.text_field,
                 hash_algo=args.hash_algo,
                 shard_tokens=args.shard_tokens,
+                dedup=args.dedup,
                 overwrite=args.overwrite,
             )
             print(_summary(ShardDataset(out, verify=False), verified=True))
