@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from ats_data import download
 from ats_data.dataset import ShardDataset
 from ats_data.dedup import DEDUP_MODES
 from ats_data.errors import DataError
@@ -54,6 +55,16 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--dedup", choices=DEDUP_MODES, default="exact")
     e.add_argument("--workers", type=int, default=1, help="processes for conversion and MinHash")
     e.add_argument("--force", action="store_true", help="replace an existing --out file")
+    d = sub.add_parser("download", help="fetch a published dump (resumable, checksum-verified)")
+    d.add_argument("corpus", choices=("wikipedia", "pubmed", "gutenberg"))
+    d.add_argument("--out", required=True, type=Path, help="output folder")
+    d.add_argument("--lang", default="en", help="wikipedia: language code")
+    d.add_argument("--date", default="latest", help="wikipedia: dump date YYYYMMDD or latest")
+    d.add_argument("--set", dest="pubmed_set", default="baseline", help="baseline|updatefiles")
+    d.add_argument("--limit", type=int, default=None, help="pubmed: the first N files only")
+    d.add_argument("--ids", default="", help="gutenberg: ebook numbers, comma-separated")
+    d.add_argument("--mirror", default=None, help="base URL of a mirror of the publisher's site")
+    d.add_argument("--retries", type=int, default=5)
     i = sub.add_parser("info", help="validate a prepared folder and summarize it")
     i.add_argument("dir", type=Path)
     i.add_argument("--no-verify", action="store_true", help="skip the sha256 check of shards")
@@ -77,10 +88,27 @@ def _summary(ds: ShardDataset, verified: bool) -> str:
     return "\n".join(lines)
 
 
+def _download(args: argparse.Namespace) -> list[Path]:
+    kw: dict = {"retries": args.retries}
+    if args.mirror:
+        kw["mirror"] = args.mirror
+    if args.corpus == "wikipedia":
+        return download.wikipedia(args.lang, args.date, args.out, **kw)
+    if args.corpus == "pubmed":
+        return download.pubmed(args.pubmed_set, args.out, args.limit, **kw)
+    ids = [s.strip() for s in args.ids.split(",") if s.strip()]
+    if not ids or not all(s.isdigit() for s in ids):
+        raise DataError(f"gutenberg needs --ids with ebook numbers like 1342,84, got {args.ids!r}")
+    return download.gutenberg([int(s) for s in ids], args.out, **kw)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        if args.command == "extract":
+        if args.command == "download":
+            for path in _download(args):
+                print(path)
+        elif args.command == "extract":
             check_workers(args.workers)
             report = extract(
                 args.source, args.out, dedup=args.dedup, workers=args.workers, force=args.force
