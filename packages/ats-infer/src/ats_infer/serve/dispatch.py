@@ -191,7 +191,8 @@ async def merged(choices: list[AsyncIterator[Piece]]) -> AsyncIterator[tuple[int
 
 
 def sse(payload: Any) -> bytes:
-    return f"data: {json.dumps(payload, ensure_ascii=False, separators=(",", ":"))}\n\n".encode()
+    text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+    return f"data: {text}\n\n".encode()
 
 
 async def sse_stream(chunks: AsyncIterator[dict]) -> AsyncIterator[bytes]:
