@@ -14,7 +14,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from ats_infer.serve import dispatch
 from ats_infer.serve.chat import create_chat_completion
 from ats_infer.serve.completions import create_completion
-from ats_infer.serve.errors import APIError, install_error_handlers
+from ats_infer.serve.errors import APIError, CheckedRoute, install_error_handlers
 from ats_infer.serve.limits import BodySizeLimit
 from ats_infer.serve.protocol import (
     ChatCompletionRequest,
@@ -58,6 +58,7 @@ def build_app(
             state.scheduler.stop(state.settings.shutdown_timeout)
 
     app = FastAPI(title="ats-infer", version="0.1.0", lifespan=lifespan)
+    app.router.route_class = CheckedRoute
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=state.settings.max_body_bytes)
     bearer = HTTPBearer(auto_error=False)

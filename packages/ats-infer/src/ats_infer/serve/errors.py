@@ -5,6 +5,7 @@ and methods."""
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 
 ERROR_TYPES = {
@@ -19,6 +20,9 @@ ERROR_TYPES = {
     503: "service_unavailable_error",
     504: "timeout_error",
 }
+
+
+TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict"}
 
 
 class APIError(Exception):
@@ -56,9 +60,36 @@ def _validation_message(err: RequestValidationError) -> tuple[str, str | None]:
     loc = [str(part) for part in first.get("loc", ()) if part != "body"]
     if first.get("type") == "json_invalid":
         return f"the request body is not valid JSON: {first.get('msg')}", None
-    # a union reports its member's type after the field name: keep the field path only
-    param = ".".join(p for p in loc if not any(c in p for c in "[]()"))
+    # a union names its member after the field (prompt.constrained-str): keep the field path only
+    fields = []
+    for part in loc:
+        if part in TYPE_TAGS or not (part.isidentifier() or part.isdigit()):
+            break
+        fields.append(part)
+    param = ".".join(fields)
     return f"{param or 'body'}: {first.get('msg')} (got {first.get('input')!r:.80})", param or None
+
+
+class CheckedRoute(APIRoute):
+    """A route whose request body must be UTF-8 (JSON's encoding): a clear 400 naming the byte,
+    where FastAPI alone only says it could not parse the body."""
+
+    def get_route_handler(self):
+        handler = super().get_route_handler()
+
+        async def checked(request: Request):
+            body = await request.body()  # cached: the handler reads it again
+            try:
+                body.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise APIError(
+                    400,
+                    f"the request body is not valid UTF-8: {err.reason} at byte {err.start} "
+                    f"({body[err.start : err.start + 1]!r})",
+                ) from err
+            return await handler(request)
+
+        return checked
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -4,6 +4,7 @@ accepting, lets in-flight requests finish within --shutdown-timeout, cancels the
 
 import argparse
 import logging
+import signal
 import time
 from pathlib import Path
 
@@ -86,6 +87,9 @@ def serve(args: argparse.Namespace) -> None:
         log_level="info",
     )
     server = uvicorn.Server(config)
+    # uvicorn shuts down gracefully on SIGTERM, then re-raises it under the handler it found: with
+    # SIGTERM ignored there, the process exits 0 after a graceful shutdown instead of dying of it
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     server.run()
     if failure:
         raise RuntimeError(f"loading {settings.model_dir} failed: {failure[0]}")
