@@ -95,7 +95,7 @@ def start_server(
     handle = open(log, "wb")  # noqa: SIM115 - the server writes to it until it ends
     proc = subprocess.Popen(cmd, stdout=handle, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"the server exited with {proc.returncode}:\n{log.read_text()}")
@@ -106,7 +106,7 @@ def start_server(
             pass  # not listening yet
         time.sleep(0.2)
     proc.kill()
-    raise RuntimeError(f"the server did not become ready in 120 s:\n{log.read_text()}")
+    raise RuntimeError(f"the server did not become ready in 300 s:\n{log.read_text()}")
 
 
 @pytest.fixture(scope="session")

@@ -48,7 +48,7 @@ def build_app(
         def run_load() -> None:
             try:
                 load(state)
-            except (OSError, ValueError, RuntimeError) as err:
+            except Exception as err:  # any failure ends the server, with its message
                 on_load_error(err)
 
         threading.Thread(target=run_load, name="ats-load", daemon=True).start()
