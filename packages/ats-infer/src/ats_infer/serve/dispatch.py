@@ -79,11 +79,11 @@ def sampling(
 ) -> dict[str, Any]:
     bias = {int(k): v for k, v in (req.logit_bias or {}).items()}
     for token in bias:
-        if token >= state.vocab_size:
+        if token >= state.tokenizer.vocab_size:
             raise APIError(
                 400,
-                f"logit_bias: token id {token} is out of the model's vocabulary "
-                f"({state.vocab_size} ids)",
+                f"logit_bias: token id {token} is out of the tokenizer's vocabulary "
+                f"({state.tokenizer.vocab_size} ids)",
                 param="logit_bias",
             )
     return {
@@ -92,7 +92,7 @@ def sampling(
         "top_p": req.top_p,
         "presence_penalty": req.presence_penalty,
         "frequency_penalty": req.frequency_penalty,
-        "logit_bias": bias,
+        "logit_bias": bias | state.padding_bias,
         "stop_tokens": stop_tokens,
         "logprobs": top is not None,
         "top_logprobs": top or 0,

@@ -1,7 +1,7 @@
 """What a running server holds: its settings (from the command line), and once the model has
 loaded, the tokenizer, the scheduler over the engine's batch, and the model's limits."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ats_tokenizer import Tokenizer
@@ -40,6 +40,9 @@ class ServerState:
     vocab_size: int = 0
     max_seq_len: int = 0
     created: int = 0
+    # the model's rows past the tokenizer's ids (a vocabulary padded for speed) are never drawn:
+    # exp(-1e9) is 0 in every precision the sampler uses
+    padding_bias: dict[int, float] = field(default_factory=dict)
 
     @property
     def model_name(self) -> str:
