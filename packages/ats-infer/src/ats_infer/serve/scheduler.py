@@ -58,17 +58,31 @@ class Job:
     deliver: Callable[[TokenEvent | ErrorEvent], None]
     cancelled: bool = False
     submitted: float = field(default_factory=time.monotonic)
+    # set by for_loop: the step's token events of all jobs of one loop go in one wake-up of it
+    loop: asyncio.AbstractEventLoop | None = None
+    queue: asyncio.Queue | None = None
 
     @classmethod
     def for_loop(cls, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue, **kw: Any) -> "Job":
         def deliver(event: TokenEvent | ErrorEvent) -> None:
-            try:
-                loop.call_soon_threadsafe(queue.put_nowait, event)
-            except RuntimeError:  # the loop is closed: nobody is waiting any more
-                job.cancelled = True
+            post(loop, [(job, event)])
 
-        job = cls(deliver=deliver, **kw)
+        job = cls(deliver=deliver, loop=loop, queue=queue, **kw)
         return job
+
+
+def post(loop: asyncio.AbstractEventLoop, items: list[tuple[Job, TokenEvent | ErrorEvent]]) -> None:
+    """Puts each event on its job's queue, in one call into the loop's thread."""
+
+    def put_all() -> None:
+        for job, event in items:
+            job.queue.put_nowait(event)
+
+    try:
+        loop.call_soon_threadsafe(put_all)
+    except RuntimeError:  # the loop is closed: nobody is waiting any more
+        for job, _ in items:
+            job.cancelled = True
 
 
 class Scheduler:
@@ -170,11 +184,18 @@ class Scheduler:
             self._fail_running(f"the engine failed: {err}")
             return
         self.metrics.generation_tokens.inc(len(events))
+        by_loop: dict[asyncio.AbstractEventLoop, list] = {}
         for slot, token, finish, logprob, top in events:
             job = self._running[slot]
-            job.deliver(TokenEvent(token, finish, logprob, top))
+            event = TokenEvent(token, finish, logprob, top)
+            if job.loop is None:
+                job.deliver(event)
+            else:
+                by_loop.setdefault(job.loop, []).append((job, event))
             if finish != FINISH_NONE:
                 del self._running[slot]
+        for loop, items in by_loop.items():
+            post(loop, items)
         self.metrics.running.set(len(self._running))
 
     def _fail_running(self, message: str) -> None:
