@@ -74,7 +74,7 @@ async def one_request(client: httpx.AsyncClient, url: str, prompt: str, max_toke
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             chunk = json.loads(line[6:])
-            if chunk["choices"] and chunk["choices"][0]["text"]:
+            if chunk["choices"]:  # one chunk per token on both servers; its text may be ""
                 stamps.append(time.perf_counter())
     return {"ttft": stamps[0] - start if stamps else float("nan"),
             "itl": np.diff(stamps).tolist(), "tokens": len(stamps)}  # fmt: skip
