@@ -107,3 +107,21 @@ def test_declared_dependencies_follow_the_dependency_direction() -> None:
                 assert module in ALLOWED[package], f"{pyproject}: {package} depends on {name}"
                 assert ">=" in requirement, f"{pyproject}: {name} needs a version bound"
         assert package in ALLOWED, f"{pyproject}: unknown package {package}"
+
+
+# The native serving path: `ats-infer serve` installs and runs without torch (issue 23). Every
+# module of ats_infer.serve, and the ats_infer modules it loads on the native path, import neither
+# torch nor ats-model (which needs torch), not even inside a function.
+SERVE_NATIVE_PATH = ["serve/**/*.py", "engine.py", "native_engine.py", "quantize.py",
+                     "tensor_files.py", "text_stream.py", "cli.py"]  # fmt: skip
+
+
+def test_native_serve_path_imports_no_torch() -> None:
+    src = ROOT / "packages/ats-infer/src/ats_infer"
+    problems = []
+    for pattern in SERVE_NATIVE_PATH:
+        for path in sorted(src.glob(pattern)):
+            for module in imported_modules(path):
+                if module.split(".")[0] in ("torch", "ats_model"):
+                    problems.append(f"{path.relative_to(ROOT)}: imports {module}")
+    assert not problems, "\n".join(problems)
