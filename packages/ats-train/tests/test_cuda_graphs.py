@@ -6,7 +6,7 @@ import pytest
 import torch
 from ats_train.config import ConfigError, build_config
 from ats_train.cuda_graphs import check_cuda_graphs
-from ats_train.model import build_model_config
+from ats_train.model_config import build_model_config
 from ats_train.trainer import build_trainer
 
 CUDA = torch.device("cuda")

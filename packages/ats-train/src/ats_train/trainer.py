@@ -59,7 +59,7 @@ from ats_train.data import TrainData, build_data
 from ats_train.lr import LRSchedule, build_lr_schedule
 from ats_train.metrics import Metrics, stats_record
 from ats_train.mfu import mfu, peak_flops
-from ats_train.model import build_model_config, check_same_model
+from ats_train.model_config import build_model_config, check_same_model
 from ats_train.model_state import write_model_dir
 from ats_train.optim import build_optimizer
 from ats_train.orchestrator.chinchilla import run_steps
@@ -67,10 +67,10 @@ from ats_train.orchestrator.faults import Faults
 from ats_train.orchestrator.orchestrator import Orchestrator
 from ats_train.orchestrator.resume import with_saved_settings
 from ats_train.orchestrator.settings import FaultsSection
-from ats_train.parallelize import parallelize
 from ats_train.precision import Precision, build_precision
 from ats_train.profiling import StepProfiler
 from ats_train.run_lock import RunLock
+from ats_train.training_wrappers import apply_training_wrappers
 
 STATE_VERSION = 2  # 2: the run's attention backend
 
@@ -704,9 +704,9 @@ def _build(
     )
     seed_everything(train.seed)
     raw_model = build_model(model_config, device=device, kernels=config.kernels)
-    model = parallelize(raw_model, train)
+    model = apply_training_wrappers(raw_model, train)
     optimizer = build_optimizer(raw_model, config.optim, device)
-    model, optimizer = backend.wrap(model, optimizer)  # then sharding (fsdp2), after parallelize
+    model, optimizer = backend.wrap(model, optimizer)  # then sharding (fsdp2), after the wrappers
     per_rank = train.batch_size // backend.world_size
     train_loader = build_loader(config, data, "train", per_rank, backend)
     # Built once here so a val split too small for one batch fails now, not at the first eval.
