@@ -29,6 +29,7 @@ import torch
 from ats_model import build_model, count_params, flops_per_token, presets
 from ats_train.attention_backend import AttentionShape, choose_attention_backend
 from ats_train.backends import build_backend
+from ats_train.batch_geometry import BatchGeometry
 from ats_train.config import build_config
 from ats_train.cuda_graphs import GraphedLoss, check_cuda_graphs
 from ats_train.mfu import peak_flops
@@ -74,7 +75,7 @@ def run(preset: str, kernels: str, sdpa: str, args: argparse.Namespace) -> dict:
         model_config, train.batch_size, train.seq_len, precision.autocast_dtype or torch.float32
     )
     attention = choose_attention_backend(train.sdpa_backend, shape, device, lambda t: t)
-    check_cuda_graphs(config, model_config, device, world_size=1)
+    check_cuda_graphs(config, model_config, device, BatchGeometry.of(train.batch_size, 1, None))
     torch.manual_seed(train.seed)
     raw_model = build_model(model_config, device=device, kernels=config.kernels)
     model = apply_training_wrappers(raw_model, train)
