@@ -177,8 +177,8 @@ def ds_config(run: str, nvme_path: Path | None, ratio: float) -> dict[str, objec
 # ---- one run, under torchrun --nproc-per-node 1 ----------------------------------------------
 def worker(run_dir: Path, steps: int, overrides: list[str]) -> int:
     import torch
+    from ats_train.build import build_trainer
     from ats_train.config import load_config
-    from ats_train.trainer import build_trainer
 
     t0 = time.perf_counter()
     with build_trainer(load_config(None, overrides), run_dir) as trainer:

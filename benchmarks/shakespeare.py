@@ -50,8 +50,8 @@ import torch
 from ats_data.shards import ShardWriter, make_index, write_index
 from ats_tokenizer import Tokenizer
 from ats_tokenizer.pretokenize import GPT4_PATTERN
+from ats_train.build import build_trainer
 from ats_train.config import build_config, parse_override
-from ats_train.trainer import build_trainer
 
 NANOGPT_BEST_VAL = 1.4697
 

@@ -30,8 +30,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))  # shakespeare.py's data, model and runs
 import shakespeare  # noqa: E402
+from ats_train.build import build_trainer  # noqa: E402
 from ats_train.config import build_config  # noqa: E402
-from ats_train.trainer import build_trainer  # noqa: E402
 
 
 def sync(device: str) -> None:

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 from ats_train.config import ConfigError, TrainConfig, build_config, load_config, to_toml
-from ats_train.model import build_model_config
+from ats_train.model_config import build_model_config
 
 
 def test_defaults_round_trip_through_toml(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The error a user can fix in their config: its own module, because the config sections (config.py,
+"""The error a user can fix in their config: its own module, because the config sections (config/,
 orchestrator/settings.py) and the code that checks settings at run time all raise it, and the CLI
 turns it into one line and exit code 2 (internal bugs keep their traceback)."""
 

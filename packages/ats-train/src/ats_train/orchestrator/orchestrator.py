@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ats_train.backends import Backend
-    from ats_train.trainer import StepOutput, Trainer
+    from ats_train.overlap import DeviceSums, StepOutput
+    from ats_train.trainer import Trainer
 
 
 def _local(param: torch.Tensor) -> torch.Tensor:
@@ -104,7 +105,7 @@ class Orchestrator:
     def lr(self, base: float) -> float:
         return base * self.lr_scale
 
-    def forward_backward(self, trainer: Trainer, x: torch.Tensor, y: torch.Tensor) -> StepOutput:
+    def forward_backward(self, trainer: Trainer, x: torch.Tensor, y: torch.Tensor) -> DeviceSums:
         while True:
             try:
                 return trainer.forward_backward(x, y)

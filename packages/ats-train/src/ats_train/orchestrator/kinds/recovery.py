@@ -74,19 +74,17 @@ class OOMRecovery(Intervention):
     guard = True
 
     def check(self, evidence: Evidence, trainer, orch) -> Trigger | None:
-        micro = trainer.micro_batch_size
+        micro = trainer.batch.micro_batch
         if micro <= 1:
             return None
         return Trigger(f"out of memory at micro-batch {micro}", 1.0)
 
     def apply(self, evidence: Evidence, trainer, orch) -> Change:
-        train = trainer.config.train
-        per_rank = train.batch_size // trainer.backend.world_size
-        before = trainer.micro_batch_size
-        after = max(d for d in range(1, before // 2 + 1) if per_rank % d == 0)
-        train.micro_batch_size = after
+        before, trainer.batch = trainer.batch, trainer.batch.with_micro_batch_halved()
+        after = trainer.batch.micro_batch
+        trainer.config.train.micro_batch_size = after
         orch.settings["train.micro_batch_size"] = after
         return {
-            "train.micro_batch_size": [before, after],
-            "accumulation": [per_rank // before, per_rank // after],
+            "train.micro_batch_size": [before.micro_batch, after],
+            "accumulation": [before.accumulation, trainer.batch.accumulation],
         }

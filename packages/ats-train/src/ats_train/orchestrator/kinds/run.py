@@ -30,14 +30,16 @@ class BatchRamp(Intervention):
 
     def apply(self, evidence: Evidence, trainer, orch) -> Change:
         train, old = trainer.config.train, trainer.train_loader
-        before, micro = train.batch_size, trainer.micro_batch_size
-        train.batch_size = int(before * self.settings.factor)
-        train.micro_batch_size = micro
-        per_rank = train.batch_size // trainer.backend.world_size
+        before = trainer.batch
+        trainer.batch = before.with_global_batch(int(before.global_batch * self.settings.factor))
+        train.batch_size, train.micro_batch_size = (
+            trainer.batch.global_batch,
+            trainer.batch.micro_batch,
+        )
         loader = TokenLoader(
             old.dataset,
             old.split,
-            per_rank,
+            trainer.batch.per_rank,
             old.seq_len,
             seed=old.seed,
             rank=old.rank,
@@ -52,10 +54,10 @@ class BatchRamp(Intervention):
         loader.load_state_dict(state)
         trainer.train_loader = loader
         orch.settings["train.batch_size"] = train.batch_size
-        orch.settings["train.micro_batch_size"] = micro
+        orch.settings["train.micro_batch_size"] = trainer.batch.micro_batch
         return {
-            "train.batch_size": [before, train.batch_size],
-            "accumulation": [before // micro, train.batch_size // micro],
+            "train.batch_size": [before.global_batch, train.batch_size],
+            "accumulation": [before.accumulation, trainer.batch.accumulation],
         }
 
 

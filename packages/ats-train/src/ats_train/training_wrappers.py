@@ -61,7 +61,7 @@ def apply_compile(model: nn.Module) -> None:
                 module.compile()
 
 
-def parallelize(model: nn.Module, train: TrainSection) -> nn.Module:
+def apply_training_wrappers(model: nn.Module, train: TrainSection) -> nn.Module:
     model.autocast_residual = train.residual_stream == "autocast"
     model.fused_loss = bool(train.fused_loss)
     model.fused_loss_rows = train.fused_loss_rows
