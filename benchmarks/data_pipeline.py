@@ -1,6 +1,7 @@
 """ats-data corpus pipeline throughput on this machine: MB/s of input for each corpus reader,
-MinHash signatures per second (ats-data's datasketch path vs datatrove's MinhashDedupSignature
-hashing on the same documents), and end to end (`extract --dedup minhash`).
+MinHash signatures per second (ats-data's batched xxh64 + multiply-add-shift signatures vs
+datatrove's MinhashDedupSignature hashing on the same documents, alternated --runs times in one
+process), and end to end (`extract --dedup minhash`).
 
 Inputs are synthetic dumps in each published format, built from the Python standard library's
 text (deterministic), about --mb MB of uncompressed text each. WikiExtractor is not installed
@@ -8,7 +9,7 @@ here; datatrove has no Wikipedia XML reader of its own, so the reader rows have 
 datatrove's signatures use its xxhash 64-bit shingle hashing and a whitespace word splitter.
 
 Prints one JSON line per measurement: {"name", "ours", "baseline", "unit", "input_mb"}.
-Run: uv run --no-sync python benchmarks/data_pipeline.py [--mb 20]
+Run: uv run --no-sync python benchmarks/data_pipeline.py [--mb 20] [--runs 3] [--only minhash]
 """
 
 import argparse
@@ -23,7 +24,7 @@ from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
 from ats_data.extract import extract
-from ats_data.minhash import MinHashConfig, signature, signatures
+from ats_data.minhash import MinHashConfig, signatures
 from ats_data.sources import open_source
 
 
@@ -174,6 +175,8 @@ def datatrove_signatures(texts: list[str]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mb", type=float, default=20.0)
+    parser.add_argument("--runs", type=int, default=3, help="MinHash rows: runs of each side")
+    parser.add_argument("--only", choices=("readers", "minhash", "end2end"), default=None)
     args = parser.parse_args()
     paras = paragraphs(args.mb)
     text_mb = sum(len(p) for p in paras) / 1e6
@@ -186,61 +189,66 @@ def main() -> None:
             "gutenberg": f"gutenberg:{gutenberg_books(paras, tmp / 'gut')}",
             "arxiv": f"arxiv:{arxiv_meta(paras, tmp / 'arxiv-metadata-oai-snapshot.json')}",
         }
-        for name, spec in specs.items():
-            path = Path(spec.split(":", 1)[1])
-            src = open_source(spec)
-            docs, seconds = timed(lambda src=src: sum(1 for _ in src.documents(Counter())))
-            emit(
-                f"read {name} (MB/s of file, {docs} docs)",
-                size_mb(path) / seconds,
-                None,
-                "MB/s",
-                size_mb(path),
-            )
-            emit(f"read {name} (MB/s of text)", text_mb / seconds, None, "MB/s", text_mb)
-        src = open_source(specs["wikipedia"])
-        _, seconds = timed(lambda: sum(1 for _ in src.documents(Counter(), workers=2)))
+        if args.only in (None, "readers"):
+            readers(specs, text_mb)
+        if args.only in (None, "minhash"):
+            minhash_rows(paras[:4000], args.runs)
+        if args.only in (None, "end2end"):
+            for workers in (1, 2):
+                out = tmp / f"wiki-{workers}.jsonl"
+                report, seconds = timed(
+                    lambda out=out, w=workers: extract(
+                        specs["wikipedia"], out, dedup="minhash", workers=w
+                    )
+                )
+                emit(
+                    f"end to end: wikipedia extract --dedup minhash --workers {workers} "
+                    "(MB/s of text)",
+                    text_mb / seconds,
+                    None,
+                    "MB/s",
+                    text_mb,
+                )
+
+
+def readers(specs: dict[str, str], text_mb: float) -> None:
+    for name, spec in specs.items():
+        path = Path(spec.split(":", 1)[1])
+        src = open_source(spec)
+        docs, seconds = timed(lambda src=src: sum(1 for _ in src.documents(Counter())))
         emit(
-            "read wikipedia, 2 worker processes (MB/s of text)",
-            text_mb / seconds,
+            f"read {name} (MB/s of file, {docs} docs)",
+            size_mb(path) / seconds,
             None,
             "MB/s",
-            text_mb,
+            size_mb(path),
         )
+        emit(f"read {name} (MB/s of text)", text_mb / seconds, None, "MB/s", text_mb)
+    src = open_source(specs["wikipedia"])
+    _, seconds = timed(lambda: sum(1 for _ in src.documents(Counter(), workers=2)))
+    emit(
+        "read wikipedia, 2 worker processes (MB/s of text)",
+        text_mb / seconds,
+        None,
+        "MB/s",
+        text_mb,
+    )
 
-        texts = paras[:4000]
-        config = MinHashConfig()
-        _, seconds = timed(lambda: [signature(t, config) for t in texts])
+
+def minhash_rows(texts: list[str], runs: int) -> None:
+    config = MinHashConfig()
+    input_mb = sum(map(len, texts)) / 1e6
+    for run in range(runs):
+        _, seconds = timed(lambda: sum(1 for _ in signatures(texts, config, 1)))
         emit(
-            "MinHash signatures, 1 process (docs/s)",
+            f"MinHash signatures, 1 process (docs/s), run {run + 1}",
             len(texts) / seconds,
             round(datatrove_signatures(texts), 1),
             "docs/s",
-            sum(map(len, texts)) / 1e6,
+            input_mb,
         )
-        _, seconds = timed(lambda: list(signatures(texts, config, 2)))
-        emit(
-            "MinHash signatures, 2 processes (docs/s)",
-            len(texts) / seconds,
-            None,
-            "docs/s",
-            sum(map(len, texts)) / 1e6,
-        )
-
-        for workers in (1, 2):
-            out = tmp / f"wiki-{workers}.jsonl"
-            report, seconds = timed(
-                lambda out=out, w=workers: extract(
-                    specs["wikipedia"], out, dedup="minhash", workers=w
-                )
-            )
-            emit(
-                f"end to end: wikipedia extract --dedup minhash --workers {workers} (MB/s of text)",
-                text_mb / seconds,
-                None,
-                "MB/s",
-                text_mb,
-            )
+    _, seconds = timed(lambda: sum(1 for _ in signatures(texts, config, 2)))
+    emit("MinHash signatures, 2 processes (docs/s)", len(texts) / seconds, None, "docs/s", input_mb)
 
 
 if __name__ == "__main__":

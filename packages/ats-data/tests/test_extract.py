@@ -69,3 +69,20 @@ def test_existing_output_and_input_as_output_are_refused(tmp_path):
     src.write_text('{"text": "x"}\n')
     with pytest.raises(DataError, match="is one of the source's input files"):
         extract(src, src, force=True)
+
+
+def test_filters_from_the_command_line(tmp_path, capsys):
+    src = tmp_path / "d.jsonl"
+    texts = ["call +1 415 555 0132 now", "x\nx\nx\nx", "short", "a fine ordinary sentence"]
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    out = tmp_path / "o.jsonl"
+    argv = ["extract", "--source", str(src), "--out", str(out), "--min-chars", "6"]
+    assert main([*argv, "--repetition-filter", "--pii"]) == 0
+    report = json.loads((tmp_path / "o.jsonl.report.json").read_text())
+    assert report["dropped_short"] == 1
+    assert report["dropped_repetition"] == {"duplicate_line_fraction": 1}
+    assert report["pii_replaced"] == {"phone": 1}
+    assert [r["text"] for r in _lines(out)] == [
+        "call |||PHONE_NUMBER||| now",
+        "a fine ordinary sentence",
+    ]

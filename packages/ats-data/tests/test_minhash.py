@@ -3,12 +3,23 @@ similarity (of the word 5-gram shingle sets, checked exactly with `shingles`): r
 pairs at J >= 0.8, and at most 1% of pairs below J = 0.5 removed."""
 
 import random
+import re
 
+import numpy as np
 import pytest
 from ats_data.dedup import Dedup
 from ats_data.document import Document
 from ats_data.errors import DataError
-from ats_data.minhash import MinHashConfig, MinHashDeduper, shingles, signature
+from ats_data.minhash import (
+    MinHashConfig,
+    MinHashDeduper,
+    shingles,
+    signature,
+    signature_reference,
+    signatures_of_texts,
+)
+from hypothesis import given
+from hypothesis import strategies as st
 
 SHINGLES_PER_DOC = 200  # a document of 204 words has 200 five-word shingles
 
@@ -97,3 +108,53 @@ def test_worker_processes_keep_the_same_documents():
         kept[workers] = [d.id for d in Dedup("minhash", workers=workers)(stream)]
     assert kept[1] == kept[2]
     assert len(kept[1]) < len(docs)
+
+
+def test_signature_matches_the_plain_python_reference():
+    config = MinHashConfig()
+    rng = random.Random(3)
+    texts = [
+        "",
+        "too short",
+        "Ünïcödé wörds, ça va: naïve café au lait — déjà vu",
+        " ".join(_words(rng, 60)),
+        " ".join(_words(rng, 9)),
+    ]
+    want = np.stack([signature_reference(t, config) for t in texts])
+    # block=7: documents span blocks and blocks hold several documents
+    for block in (7, 4096):
+        got = signatures_of_texts(texts, config, block=block)
+        assert got.dtype == np.uint32
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(signature(texts[3], config), want[3])
+
+
+@given(st.text(alphabet=st.characters(max_codepoint=127), max_size=80))
+def test_ascii_words_split_as_the_unicode_rule(text):
+    # \W and _ to spaces, then split: what the regex path does for non-ASCII text
+    words = [w.encode() for w in re.sub(r"\W|_", " ", text.lower()).split()]
+    assert shingles(text, 2) == (
+        {b" ".join(words)}
+        if len(words) <= 2
+        else {b" ".join(words[i : i + 2]) for i in range(len(words) - 1)}
+    )
+
+
+def test_jaccard_estimate_is_unbiased_with_binomial_error():
+    """On random documents with exact shingle Jaccard J spread over (0, 1), the fraction of equal
+    signature values is Binomial(112, J) / 112: z = (estimate - J) / sqrt(J (1 - J) / 112) has
+    mean 0 and variance 1 over the pairs (seeded, so the bounds below are fixed outcomes at
+    about 4 standard errors)."""
+    config = MinHashConfig()
+    rng = random.Random(7)
+    zs = []
+    for i in range(300):
+        base = _words(rng, SHINGLES_PER_DOC + 4)
+        a, b = " ".join(base), " ".join(_variant(rng, base, 0.05 + 0.9 * i / 300))
+        j = exact_jaccard(a, b)
+        est = float(np.mean(signature(a, config) == signature(b, config)))
+        zs.append((est - j) / np.sqrt(j * (1 - j) / config.num_perm))
+    zs = np.array(zs)
+    assert abs(zs.mean()) < 4 / np.sqrt(len(zs)), zs.mean()
+    assert 0.65 < zs.var() < 1.35, zs.var()
+    assert np.abs(zs).max() < 4.5

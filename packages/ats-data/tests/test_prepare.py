@@ -169,3 +169,20 @@ def test_stats_count_duplicates_licences_and_sources(tokenizer_path, tmp_path):
     assert (stats["documents_read"], stats["duplicates"], stats["near_duplicates"]) == (43, 1, 1)
     assert stats["licences"] == {"unknown": 41} and stats["sources"] == {"jsonl": 41}
     assert index["config"]["dedup"] == "minhash"
+
+
+def test_stats_count_repetition_drops_and_pii(tokenizer_path, tmp_path):
+    src = tmp_path / "d.jsonl"
+    texts = [f"note {i}: write to me{i}@example.org about {i} things today" for i in range(30)]
+    texts += ["spam spam spam\n" * 5 + "eggs", "buy now " * 10]
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    out = prepare(src, tokenizer_path, tmp_path / "o", workers=1, repetition_filter=True, pii=True)
+    index = json.loads((out / INDEX_NAME).read_text())
+    stats = index["stats"]
+    assert stats["dropped_repetition"] == {
+        "duplicate_line_fraction": 1,
+        "top_2gram_char_fraction": 1,
+    }
+    assert stats["pii_replaced"] == {"email": 30}
+    assert (index["config"]["repetition_filter"], index["config"]["pii"]) == (True, True)
+    assert stats["sources"] == {"jsonl": 30}

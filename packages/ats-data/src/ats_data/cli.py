@@ -8,12 +8,26 @@ import sys
 from pathlib import Path
 
 from ats_data import download
+from ats_data.clean import CleanConfig
 from ats_data.dataset import ShardDataset
 from ats_data.dedup import DEDUP_MODES
 from ats_data.errors import DataError
 from ats_data.extract import extract
 from ats_data.prepare import prepare
 from ats_data.shards import DEFAULT_SHARD_TOKENS, check_workers
+
+
+def _add_filters(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--min-chars", type=int, default=1)
+    p.add_argument("--max-chars", type=int, default=None)
+    p.add_argument(
+        "--repetition-filter",
+        action="store_true",
+        help="drop documents failing Gopher's repetition tests (Rae et al. 2021 thresholds)",
+    )
+    p.add_argument(
+        "--pii", action="store_true", help="replace e-mails, public IPs and phone numbers"
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -38,8 +52,7 @@ def _parser() -> argparse.ArgumentParser:
         help="share of documents held out for validation, in [0, 1); 0: no val documents",
     )
     p.add_argument("--workers", type=int, default=2, help="tokenizer worker processes")
-    p.add_argument("--min-chars", type=int, default=1)
-    p.add_argument("--max-chars", type=int, default=None)
+    _add_filters(p)
     p.add_argument("--text-field", default="text", help="JSONL field / Parquet column")
     p.add_argument("--hash", dest="hash_algo", choices=("sha256", "blake2b"), default="sha256")
     p.add_argument("--shard-tokens", type=int, default=DEFAULT_SHARD_TOKENS)
@@ -53,6 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--source", required=True, help="as for prepare, e.g. wikipedia:DUMP.xml.bz2")
     e.add_argument("--out", required=True, type=Path, help="output FILE.jsonl")
     e.add_argument("--dedup", choices=DEDUP_MODES, default="exact")
+    _add_filters(e)
     e.add_argument("--workers", type=int, default=1, help="processes for conversion and MinHash")
     e.add_argument("--force", action="store_true", help="replace an existing --out file")
     d = sub.add_parser("download", help="fetch a published dump (resumable, checksum-verified)")
@@ -110,8 +124,14 @@ def main(argv: list[str] | None = None) -> int:
                 print(path)
         elif args.command == "extract":
             check_workers(args.workers)
+            clean = CleanConfig(args.min_chars, args.max_chars, args.repetition_filter, args.pii)
             report = extract(
-                args.source, args.out, dedup=args.dedup, workers=args.workers, force=args.force
+                args.source,
+                args.out,
+                dedup=args.dedup,
+                workers=args.workers,
+                clean=clean,
+                force=args.force,
             )
             print(json.dumps(report, indent=1))
         elif args.command == "prepare":
@@ -127,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
                 hash_algo=args.hash_algo,
                 shard_tokens=args.shard_tokens,
                 dedup=args.dedup,
+                repetition_filter=args.repetition_filter,
+                pii=args.pii,
                 overwrite=args.overwrite,
             )
             print(_summary(ShardDataset(out, verify=False), verified=True))

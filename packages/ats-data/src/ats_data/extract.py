@@ -1,6 +1,7 @@
 """`extract`: a source's cleaned documents (text + id, title, url, licence, source) as JSONL,
 without tokenising, after exact or MinHash dedup. The JSONL and its report (`OUT.report.json`:
-documents read, what each reader left out, dedup counts, licences) are written to temp names in
+documents read, what each reader left out, what the length, repetition and PII filters dropped
+or replaced, dedup counts, licences) are written to temp names in
 the output's folder and renamed into place at the end: an error leaves no partial file."""
 
 import json
@@ -8,7 +9,7 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from ats_data.clean import clean_text
+from ats_data.clean import CleanConfig, Cleaner
 from ats_data.dedup import Dedup
 from ats_data.errors import DataError
 from ats_data.minhash import MinHashConfig
@@ -45,6 +46,7 @@ def extract(
     dedup: str = "exact",
     workers: int = 1,
     minhash: MinHashConfig | None = None,
+    clean: CleanConfig | None = None,
     force: bool = False,
 ) -> dict:
     """Write the documents of `source` to `out` (JSONL) and return the report."""
@@ -56,17 +58,17 @@ def extract(
     licences: Counter = Counter()
     sources: Counter = Counter()
     deduper = Dedup(dedup, minhash, workers)
+    cleaner = Cleaner(clean or CleanConfig())
     read = 0
 
     def cleaned():
         nonlocal read
         for doc in src.documents(counts, workers):
             read += 1
-            doc.text = clean_text(doc.text)
-            if doc.text:
+            text = cleaner(doc.text)
+            if text is not None:
+                doc.text = text
                 yield doc
-            else:
-                counts["empty"] += 1
 
     def write(f) -> None:
         for doc in deduper(cleaned()):
@@ -83,6 +85,10 @@ def extract(
         "documents_read": read,
         "documents_written": sum(sources.values()),
         "skipped": dict(sorted(counts.items())),
+        "dropped_short": cleaner.dropped_short,
+        "dropped_long": cleaner.dropped_long,
+        "dropped_repetition": dict(sorted(cleaner.dropped_repetition.items())),
+        "pii_replaced": dict(sorted(cleaner.pii_replaced.items())),
         "exact_duplicates": deduper.exact.duplicates,
         "minhash": deduper.minhash.to_json() if deduper.minhash else None,
         "licences": dict(licences.most_common()),

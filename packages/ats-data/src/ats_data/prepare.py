@@ -55,11 +55,16 @@ class PrepareConfig:
     hash_algo: str = "sha256"
     shard_tokens: int = DEFAULT_SHARD_TOKENS
     dedup: str = "exact"  # "exact", "minhash" (after exact) or "none"
+    repetition_filter: bool = False  # Gopher's repetition filters (repetition.py)
+    pii: bool = False  # PII replaced by placeholders (pii.py)
+
+    def clean_config(self) -> CleanConfig:
+        return CleanConfig(self.min_chars, self.max_chars, self.repetition_filter, self.pii)
 
     def __post_init__(self) -> None:
         check_val_fraction(self.val_fraction)
         check_dedup_mode(self.dedup)
-        CleanConfig(self.min_chars, self.max_chars)
+        self.clean_config()
         if self.hash_algo not in HASH_ALGOS:
             raise DataError(
                 f"hash_algo must be one of {', '.join(HASH_ALGOS)}, got {self.hash_algo!r}"
@@ -83,6 +88,8 @@ class _Counts:
     documents_read: int = 0
     dropped_short: int = 0
     dropped_long: int = 0
+    dropped_repetition: dict = field(default_factory=dict)  # by the Gopher test failed
+    pii_replaced: dict = field(default_factory=dict)  # by kind: email, ip, phone
     duplicates: int = 0
     near_duplicates: int = 0
     skipped: dict = field(default_factory=dict)  # what the corpus readers left out, by reason
@@ -93,7 +100,7 @@ class _Counts:
 def _split_documents(
     source: Source, config: PrepareConfig, counts: _Counts, workers: int
 ) -> Iterator[tuple[str, str]]:
-    cleaner = Cleaner(CleanConfig(config.min_chars, config.max_chars))
+    cleaner = Cleaner(config.clean_config())
     deduper = Dedup(config.dedup, workers=workers)
     skipped: Counter = Counter()
     licences: Counter = Counter()
@@ -116,6 +123,8 @@ def _split_documents(
         )
     counts.dropped_short = cleaner.dropped_short
     counts.dropped_long = cleaner.dropped_long
+    counts.dropped_repetition = dict(sorted(cleaner.dropped_repetition.items()))
+    counts.pii_replaced = dict(sorted(cleaner.pii_replaced.items()))
     counts.duplicates = deduper.exact.duplicates
     counts.near_duplicates = deduper.minhash.removed if deduper.minhash else 0
     counts.skipped = dict(sorted(skipped.items()))
@@ -145,6 +154,8 @@ def prepare(
     hash_algo: str = "sha256",
     shard_tokens: int = DEFAULT_SHARD_TOKENS,
     dedup: str = "exact",
+    repetition_filter: bool = False,
+    pii: bool = False,
     overwrite: bool = False,
 ) -> Path:
     """Prepare `source` into token shards in `out_dir` and return `out_dir`. The folder also
@@ -155,7 +166,15 @@ def prepare(
     error unless overwrite=True.
     """
     config = PrepareConfig(
-        val_fraction, min_chars, max_chars, text_field, hash_algo, shard_tokens, dedup
+        val_fraction,
+        min_chars,
+        max_chars,
+        text_field,
+        hash_algo,
+        shard_tokens,
+        dedup,
+        repetition_filter,
+        pii,
     )
     check_workers(workers)
     src = source if isinstance(source, Source) else open_source(source, text_field=text_field)
@@ -205,7 +224,9 @@ def prepare(
             raise DataError(
                 f"source {src.spec} left no training documents ({counts.documents_read} read, "
                 f"{counts.dropped_short} shorter than {config.min_chars} chars, "
-                f"{counts.dropped_long} longer than max_chars, {counts.duplicates} duplicates, "
+                f"{counts.dropped_long} longer than max_chars, "
+                f"{sum(counts.dropped_repetition.values())} repetitive, "
+                f"{counts.duplicates} duplicates, "
                 f"{num_docs['val']} in val)"
             )
         if config.val_fraction > 0 and num_docs["val"] == 0:
