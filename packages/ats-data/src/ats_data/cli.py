@@ -5,6 +5,7 @@ Bad input ends with one line on stderr and exit status 1 (2 for bad command-line
 import argparse
 import json
 import sys
+from functools import partial
 from pathlib import Path
 
 from ats_data import download
@@ -68,6 +69,14 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--dedup", choices=DEDUP_MODES, default="exact")
     _add_filters(e)
     e.add_argument("--workers", type=int, default=1, help="processes for conversion and MinHash")
+    e.add_argument(
+        "--engine",
+        choices=("local",),
+        default=None,
+        help="run on datatrove's LocalPipelineExecutor (--tasks shares, --workers processes); "
+        "Slurm and Ray: build ats_data.engine.build_stages (README)",
+    )
+    e.add_argument("--tasks", type=int, default=None, help="--engine: shares of the source")
     e.add_argument("--force", action="store_true", help="replace an existing --out file")
     d = sub.add_parser("download", help="fetch a published dump (resumable, checksum-verified)")
     d.add_argument("corpus", choices=("wikipedia", "pubmed", "gutenberg"))
@@ -125,7 +134,14 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "extract":
             check_workers(args.workers)
             clean = CleanConfig(args.min_chars, args.max_chars, args.repetition_filter, args.pii)
-            report = extract(
+            if args.tasks is not None and args.engine is None:
+                raise DataError("--tasks needs --engine local")
+            run = extract
+            if args.engine == "local":
+                from ats_data.engine import extract_local  # datatrove: the engine extra
+
+                run = partial(extract_local, tasks=2 if args.tasks is None else args.tasks)
+            report = run(
                 args.source,
                 args.out,
                 dedup=args.dedup,

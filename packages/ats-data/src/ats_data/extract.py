@@ -27,7 +27,7 @@ def check_output_path(out: Path, source: Source, force: bool) -> None:
         raise DataError(f"output {out} exists; choose another name or pass --force")
 
 
-def _write_atomic(path: Path, write) -> None:
+def write_atomic(path: Path, write) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         with tmp.open("w", encoding="utf-8") as f:
@@ -79,7 +79,7 @@ def extract(
 
     if out.parent != Path("") and not out.parent.is_dir():
         raise DataError(f"output folder {out.parent} does not exist")
-    _write_atomic(out, write)
+    write_atomic(out, write)
     report = {
         "source": src.spec,
         "documents_read": read,
@@ -94,5 +94,5 @@ def extract(
         "licences": dict(licences.most_common()),
         "sources": dict(sources.most_common()),
     }
-    _write_atomic(report_path, lambda f: json.dump(report, f, indent=1))
+    write_atomic(report_path, lambda f: json.dump(report, f, indent=1))
     return report

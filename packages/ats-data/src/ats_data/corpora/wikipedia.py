@@ -245,6 +245,33 @@ def multistream_offsets(index_path: Path) -> list[int]:
     return sorted(offsets)
 
 
+def multistream_index(dump_path: Path) -> Path | None:
+    """The index Wikimedia publishes beside a multistream dump (`...-multistream.xml.bz2` ->
+    `...-multistream-index.txt.bz2`), or None when the dump is not one or the index is absent."""
+    if "multistream" not in dump_path.name or not dump_path.name.endswith(".xml.bz2"):
+        return None
+    index = dump_path.with_name(dump_path.name.replace(".xml.bz2", "-index.txt.bz2"))
+    return index if index.is_file() else None
+
+
+def site_base_url(dump_path: Path) -> str:
+    """The article base url of a multistream dump, from the <siteinfo> of its first stream
+    (read_stream needs it for every later stream)."""
+    decomp = bz2.BZ2Decompressor()
+    head = b""
+    with dump_path.open("rb") as f:
+        try:
+            while not decomp.eof and b"</siteinfo>" not in head:
+                block = f.read(1 << 16)
+                if not block:
+                    break
+                head += decomp.decompress(block)
+        except DECODE_ERRORS as e:
+            raise decode_error(dump_path, e) from None
+    m = re.search(rb"<base>([^<]*)</base>", head)
+    return m.group(1).decode("utf-8").rpartition("/")[0] + "/" if m else ""
+
+
 def read_stream(
     dump_path: Path, offset: int, counts: Counter, base_url: str = ""
 ) -> Iterator[Document]:
