@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from ats_train.errors import ConfigError
-from ats_train.orchestrator.settings import FaultsSection, OrchestratorSection, PlanSection
+from ats_train.faults.settings import FaultsSection
+from ats_train.orchestrator.settings import OrchestratorSection
+from ats_train.planning.settings import PlanSection
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 RESIDUAL_STREAMS = ("fp32", "autocast")
@@ -666,7 +668,7 @@ def build_config(flat: dict[str, Any]) -> TrainConfig:
             section = hints[name](**values)
         except ConfigError:
             raise
-        except ValueError as e:  # sections defined outside this module (orchestrator.settings)
+        except ValueError as e:  # sections defined in their own settings modules
             raise ConfigError(str(e)) from e
         for table, leaves in nested.items():
             try:

@@ -56,18 +56,18 @@ from ats_train.checkpoint_sharded import (
 from ats_train.config import ConfigError, TrainConfig, TrainSection, to_toml
 from ats_train.cuda_graphs import GraphedLoss, LossParts, check_cuda_graphs
 from ats_train.data import TrainData, build_data
+from ats_train.faults.inject import Faults
+from ats_train.faults.settings import FaultsSection
 from ats_train.lr import LRSchedule, build_lr_schedule
 from ats_train.metrics import Metrics, stats_record
 from ats_train.mfu import mfu, peak_flops
 from ats_train.model import build_model_config, check_same_model
 from ats_train.model_state import write_model_dir
 from ats_train.optim import build_optimizer
-from ats_train.orchestrator.chinchilla import run_steps
-from ats_train.orchestrator.faults import Faults
 from ats_train.orchestrator.orchestrator import Orchestrator
 from ats_train.orchestrator.resume import with_saved_settings
-from ats_train.orchestrator.settings import FaultsSection
 from ats_train.parallelize import parallelize
+from ats_train.planning.chinchilla import run_steps
 from ats_train.precision import Precision, build_precision
 from ats_train.profiling import StepProfiler
 from ats_train.run_lock import RunLock

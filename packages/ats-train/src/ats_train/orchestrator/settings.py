@@ -1,5 +1,4 @@
-"""TrainConfig sections owned by the orchestrator: [orchestrator] (mode, cadence, one table per kind),
-[faults] (injected conditions, all off by default) and [plan] (sizing a run by a compute law).
+"""TrainConfig's [orchestrator] section: mode, cadence, one table per intervention kind.
 
 No torch here: config.py imports this module before any input is validated.
 """
@@ -11,8 +10,6 @@ from dataclasses import dataclass, field, fields
 from ats_train.errors import ConfigError
 
 MODES = ("act", "advise", "off")
-STEPS_FROM = ("config", "tokens_per_param", "flops")
-LAWS = ("approach1", "parametric")
 
 
 def _check(ok: bool, message: str) -> None:
@@ -84,65 +81,3 @@ class OrchestratorSection:
 
     def kinds(self) -> dict[str, KindSettings]:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.type == "KindSettings"}
-
-
-@dataclass
-class FaultsSection:
-    """Conditions injected into a real run, for tests and drills. Steps are 1-based optimizer steps
-    (the "step" of metrics.jsonl); None = off. Each fault fires once per process."""
-
-    nan_grad_at_step: int | None = None  # one gradient element set to NaN after backward
-    loss_spike_at_step: int | None = None  # that batch's targets replaced by random tokens
-    grad_spike_at_step: int | None = None  # gradients multiplied by grad_spike_factor
-    grad_spike_factor: float = 1000.0
-    oom_at_step: int | None = None  # from this step, a micro-batch > oom_max_micro_batch OOMs
-    oom_max_micro_batch: int = 1
-    routing_collapse_at_step: int | None = (
-        None  # every MoE router sends all tokens to top_k experts
-    )
-    router_sharpen_at_step: int | None = None  # router weights x router_sharpen_factor
-    router_sharpen_factor: float = 1000.0
-    mod_collapse_at_step: int | None = None  # MoD causal predictors pushed to "skip every token"
-    weight_growth_at_step: int | None = None  # every weight matrix x weight_growth_factor
-    weight_growth_factor: float = 3.0
-    plateau_at_step: int | None = None  # from this step the lr is x plateau_lr_factor (stalled)
-    plateau_lr_factor: float = 1e-4
-    diverge_at_step: int | None = None  # from this step the lr is x diverge_lr_factor
-    diverge_lr_factor: float = 30.0
-
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name.endswith("_at_step") and value is not None:
-                _check(value >= 1, f"faults.{f.name} = {value} must be >= 1")
-        _check(self.oom_max_micro_batch >= 1, "faults.oom_max_micro_batch must be >= 1")
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name.endswith("_factor"):
-                _check(value > 0, f"faults.{f.name} = {value} must be > 0")
-
-
-@dataclass
-class PlanSection:
-    """How train.steps is chosen. config: as given. tokens_per_param: D = tokens_per_param x N
-    (N = active parameters; Hoffmann et al. 2022: about 20). flops: D = plan.flops / the model's
-    training FLOPs per token. Either way steps = ceil(D / (batch_size x seq_len))."""
-
-    steps_from: str = "config"
-    tokens_per_param: float = 20.0
-    flops: float | None = None
-    law: str = "approach1"  # compute-optimal law that `ats-train plan` reports (chinchilla.py)
-
-    def __post_init__(self) -> None:
-        _check(
-            self.steps_from in STEPS_FROM,
-            f"plan.steps_from = {self.steps_from!r} is not one of {STEPS_FROM}",
-        )
-        _check(self.tokens_per_param > 0, f"plan.tokens_per_param = {self.tokens_per_param} <= 0")
-        _check(self.law in LAWS, f"plan.law = {self.law!r} is not one of {LAWS}")
-        if self.flops is not None:
-            _check(self.flops > 0, f"plan.flops = {self.flops} must be > 0")
-        _check(
-            self.steps_from != "flops" or self.flops is not None,
-            "plan.steps_from = 'flops' needs plan.flops",
-        )

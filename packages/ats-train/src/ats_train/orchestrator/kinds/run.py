@@ -8,7 +8,7 @@ import statistics
 from ats_data.loader import TokenLoader
 
 from ats_train.orchestrator.base import Change, Evidence, Intervention, Trigger, above
-from ats_train.orchestrator.chinchilla import ConvergenceDetector
+from ats_train.orchestrator.convergence import ConvergenceDetector
 
 
 class BatchRamp(Intervention):
@@ -113,7 +113,7 @@ class EvalCkptFrequency(Intervention):
 
 
 class EarlyStop(Intervention):
-    """Convergence (chinchilla.ConvergenceDetector): the window-mean train loss of the last
+    """Convergence (convergence.ConvergenceDetector): the window-mean train loss of the last
     `limit` evaluations improved on the best before them by less than `threshold` (relative).
     Action: the run stops after this step, with its final evaluation and checkpoint."""
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ats_train.orchestrator.settings import FaultsSection
+from ats_train.faults.settings import FaultsSection
 
 if TYPE_CHECKING:
     from ats_train.trainer import Trainer
