@@ -230,3 +230,64 @@ def test_native_fuzz_tools_do_not_import_the_model_package() -> None:
         if module.split(".")[0] in {"ats_model", "ats_train", "ats_infer", "torch"}
     ]
     assert not problems, "\n".join(problems)
+
+
+def test_the_orchestrator_does_not_import_the_trainer() -> None:
+    """The orchestrator sees a run through orchestrator/handle.py's RunHandle, never the Trainer."""
+    sources = _sources("packages/ats-train/src/ats_train/orchestrator/**/*.py")
+    assert sources
+    problems = [
+        f"{path.relative_to(ROOT)}: imports {module}"
+        for path in sources
+        for module in imported_modules(path)
+        if module == "ats_train.trainer" or module.startswith("ats_train.trainer.")
+    ]
+    assert not problems, "\n".join(problems)
+
+
+def orchestrator_writes(path: Path) -> list[str]:
+    """Attribute writes and setattr calls in `path` on anything but the orchestrator's own state
+    (self, orch, the evidence records it judges): a kind changes the run only through
+    RunHandle.apply."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found = []
+    for node in ast.walk(tree):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        for target in targets:
+            while isinstance(target, ast.Subscript):
+                target = target.value
+            if isinstance(target, ast.Attribute):
+                base = target.value
+                while isinstance(base, (ast.Attribute, ast.Subscript)):
+                    base = base.value
+                if not (isinstance(base, ast.Name) and base.id in {"self", "orch", "evidence"}):
+                    found.append(f"line {target.lineno}: .{target.attr} =")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            if node.func.id == "setattr":
+                found.append(f"line {node.lineno}: setattr")
+    return found
+
+
+def test_the_orchestrator_changes_a_run_only_by_records(tmp_path: Path) -> None:
+    # resume.py writes a copy of the config before the run is built (the checkpoint's settings)
+    sources = [
+        path
+        for path in _sources("packages/ats-train/src/ats_train/orchestrator/**/*.py")
+        if path.name != "resume.py"
+    ]
+    problems = [f"{p.relative_to(ROOT)} {w}" for p in sources for w in orchestrator_writes(p)]
+    assert not problems, "\n".join(problems)
+    control = tmp_path / "kind.py"
+    control.write_text(
+        "orch.lr_scale = 0.5\nself.window = []\nrun.model.layers[0].capacity = 0.5\n"
+        "trainer.config.optim.grad_clip = 1.0\nsetattr(layer, 'temperature', 2.0)\n"
+    )
+    assert orchestrator_writes(control) == [
+        "line 3: .capacity =",
+        "line 4: .grad_clip =",
+        "line 5: setattr",
+    ]

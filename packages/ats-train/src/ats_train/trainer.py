@@ -70,6 +70,7 @@ from ats_train.parallelize import parallelize
 from ats_train.planning.chinchilla import run_steps
 from ats_train.precision import Precision, build_precision
 from ats_train.profiling import StepProfiler
+from ats_train.run_handle import TrainerRunHandle
 from ats_train.run_lock import RunLock
 
 STATE_VERSION = 2  # 2: the run's attention backend
@@ -180,14 +181,14 @@ class Trainer:
 
     # ---- the loop ------------------------------------------------------------------------------
     def train(self) -> None:
-        train = self.config.train
-        while self.step < train.steps and not self.orchestrator.stop_requested:
+        while self.step < self.config.train.steps and not self.orchestrator.stop_requested:
             self.profiler.before_step(self.step)
             record = self.train_step()
             self.profiler.after_step(self.step)
             if record.get("rolled_back"):  # back at a checkpointed step
                 continue
-            # read every step: the orchestrator may change the cadence or stop the run
+            # read every step: the orchestrator may change the cadence (a new config) or stop
+            train = self.config.train
             running = self.step < train.steps and not self.orchestrator.stop_requested
             if train.eval_every and self.step % train.eval_every == 0 and running:
                 self.validate()
@@ -217,10 +218,11 @@ class Trainer:
         t0 = time.perf_counter()
         self.faults.before_step(self)
         x, y = self.faults.batch(self.step + 1, *next(self.train_loader))  # (B_rank, T) each
-        out = self.orchestrator.forward_backward(self, x, y)  # OOM recovery around forward_backward
+        run = TrainerRunHandle(self)  # what the orchestrator sees and changes of this run
+        out = self.orchestrator.forward_backward(run, x, y)  # OOM recovery around forward_backward
         out = self.mean_over_ranks(out)
         self.faults.after_backward(self)
-        skipped = self.orchestrator.before_update(self, out)
+        skipped = self.orchestrator.before_update(run, out)
         if skipped:
             grad_norm, stepped = None, False
         else:
@@ -231,9 +233,9 @@ class Trainer:
             record["loss_scale"] = self.precision.scaler.get_scale()
         if skipped:
             record["skipped"] = True
-        self.orchestrator.annotate(self, record)
+        self.orchestrator.annotate(run, record)
         self.metrics.train(record)
-        self.orchestrator.after_step(self, record)
+        self.orchestrator.after_step(run, record)
         return record
 
     def _record(

@@ -1,5 +1,6 @@
 """What every intervention kind is: a trigger on signals, an action on the run, a cooldown and a
-confidence. Kinds are small classes in kinds/; the Orchestrator decides when to ask them.
+confidence. Kinds are small classes in kinds/; the Orchestrator decides when to ask them. A kind
+reads the run through its RunHandle and changes it only by handing it change records (changes.py).
 
 A kind sees only the records gathered since its own last action (so one spike does not fire the
 same kind twice) and reports each change as {"what": [before, after]}, which is logged verbatim.
@@ -15,8 +16,8 @@ from ats_train.orchestrator.settings import KindSettings
 from ats_train.orchestrator.signals import Signals, compute_signals
 
 if TYPE_CHECKING:
+    from ats_train.orchestrator.handle import RunHandle
     from ats_train.orchestrator.orchestrator import Orchestrator
-    from ats_train.trainer import Trainer
 
 
 @dataclass
@@ -69,8 +70,8 @@ class Intervention:
     def __init__(self, settings: KindSettings) -> None:
         self.settings = settings
 
-    def check(self, evidence: Evidence, trainer: Trainer, orch: Orchestrator) -> Trigger | None:
+    def check(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Trigger | None:
         raise NotImplementedError
 
-    def apply(self, evidence: Evidence, trainer: Trainer, orch: Orchestrator) -> Change:
+    def apply(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Change:
         raise NotImplementedError

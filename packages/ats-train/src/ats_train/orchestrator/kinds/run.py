@@ -4,58 +4,43 @@ from __future__ import annotations
 
 import math
 import statistics
-
-from ats_data.loader import TokenLoader
+from typing import TYPE_CHECKING
 
 from ats_train.orchestrator.base import Change, Evidence, Intervention, Trigger, above
+from ats_train.orchestrator.changes import SetBatchSize, SetCadence
 from ats_train.orchestrator.convergence import ConvergenceDetector
+
+if TYPE_CHECKING:
+    from ats_train.orchestrator.handle import RunHandle
+    from ats_train.orchestrator.orchestrator import Orchestrator
 
 
 class BatchRamp(Intervention):
-    """Batch-size ramp (off while `target` is None; GPT-3's ramp, Brown et al. 2020, made
-    adaptive): when the loss stops improving by more than `threshold` over the window, the global
-    batch x factor up to `target`. The micro-batch stays, so accumulation grows; the loader is
-    rebuilt at the same position in the same data order."""
+    """Batch-size ramp (off while `max_batch_size` is None; GPT-3's ramp, Brown et al. 2020, made
+    adaptive): when the loss stops improving by more than `min_improvement` over the window, the
+    global batch x `scale` up to `max_batch_size`. The micro-batch stays, so accumulation grows; the
+    loader is rebuilt at the same position in the same data order."""
 
     name = "batch_ramp"
     action = "global batch x factor"
 
-    def check(self, evidence: Evidence, trainer, orch) -> Trigger | None:
-        s, target = evidence.signals, self.settings.target
-        if target is None or trainer.config.train.batch_size * self.settings.factor > target:
+    def check(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Trigger | None:
+        s, target = evidence.signals, self.settings.max_batch_size
+        if target is None or run.setting("train.batch_size") * self.settings.scale > target:
             return None
-        if s.loss_rel_change is None or s.loss_rel_change <= -self.settings.threshold:
+        if s.loss_rel_change is None or s.loss_rel_change <= -self.settings.min_improvement:
             return None
         return Trigger(f"loss moved {s.loss_rel_change:+.2%}: gradient noise dominates", 1.0)
 
-    def apply(self, evidence: Evidence, trainer, orch) -> Change:
-        train, old = trainer.config.train, trainer.train_loader
-        before, micro = train.batch_size, trainer.micro_batch_size
-        train.batch_size = int(before * self.settings.factor)
-        train.micro_batch_size = micro
-        per_rank = train.batch_size // trainer.backend.world_size
-        loader = TokenLoader(
-            old.dataset,
-            old.split,
-            per_rank,
-            old.seq_len,
-            seed=old.seed,
-            rank=old.rank,
-            world_size=old.world_size,
-            mode=old.mode,
-        )
-        consumed = old.step * old.global_batch  # windows of this epoch already used
-        state = loader.state_dict()
-        step = math.ceil(consumed / loader.global_batch)
-        epoch = old.epoch + (1 if step >= loader.steps_per_epoch else 0)
-        state.update(epoch=epoch, step=0 if step >= loader.steps_per_epoch else step)
-        loader.load_state_dict(state)
-        trainer.train_loader = loader
-        orch.settings["train.batch_size"] = train.batch_size
+    def apply(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Change:
+        before, micro = run.setting("train.batch_size"), run.micro_batch_size
+        after = int(before * self.settings.scale)
+        run.apply(SetBatchSize(after, micro))
+        orch.settings["train.batch_size"] = after
         orch.settings["train.micro_batch_size"] = micro
         return {
-            "train.batch_size": [before, train.batch_size],
-            "accumulation": [before // micro, train.batch_size // micro],
+            "train.batch_size": [before, after],
+            "accumulation": [before // micro, after // micro],
         }
 
 
@@ -80,57 +65,56 @@ def instability_events(records: list[dict]) -> int:
 
 
 class EvalCkptFrequency(Intervention):
-    """Instability: `threshold` or more instability events (see instability_events) in the window.
-    Action: train.eval_every and checkpoint.every x factor (>= limit), so a bad turn is seen
-    sooner and a rollback loses less."""
+    """Instability: `events` or more instability events (see instability_events) in the window.
+    Action: train.eval_every and checkpoint.every x `scale` (>= `min_interval`), so a bad turn is
+    seen sooner and a rollback loses less."""
 
     name = "eval_ckpt_frequency"
     action = "eval and checkpoint intervals x factor"
 
-    def check(self, evidence: Evidence, trainer, orch) -> Trigger | None:
+    def check(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Trigger | None:
         events = instability_events(evidence.records)
-        if events < self.settings.threshold:
+        if events < self.settings.events:
             return None
-        config, floor = trainer.config, max(1, int(self.settings.limit))
-        if config.train.eval_every in (0, floor) and config.checkpoint.every in (0, floor):
+        floor = max(1, self.settings.min_interval)
+        eval_every, ckpt_every = run.setting("train.eval_every"), run.setting("checkpoint.every")
+        if eval_every in (0, floor) and ckpt_every in (0, floor):
             return None
         return Trigger(
-            f"{events} instability events in the window", above(events, self.settings.threshold)
+            f"{events} instability events in the window", above(events, self.settings.events)
         )
 
-    def apply(self, evidence: Evidence, trainer, orch) -> Change:
-        floor, change = max(1, int(self.settings.limit)), {}
-        for section, attr, key in (
-            (trainer.config.train, "eval_every", "train.eval_every"),
-            (trainer.config.checkpoint, "every", "checkpoint.every"),
-        ):
-            before = getattr(section, attr)
+    def apply(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Change:
+        floor, change, after = max(1, self.settings.min_interval), {}, {}
+        for key in ("train.eval_every", "checkpoint.every"):
+            before = after[key] = run.setting(key)
             if before:
-                setattr(section, attr, max(floor, int(before * self.settings.factor)))
-                orch.settings[key] = getattr(section, attr)
-                change[key] = [before, getattr(section, attr)]
+                after[key] = max(floor, int(before * self.settings.scale))
+                orch.settings[key] = after[key]
+                change[key] = [before, after[key]]
+        run.apply(SetCadence(after["train.eval_every"], after["checkpoint.every"]))
         return change
 
 
 class EarlyStop(Intervention):
     """Convergence (convergence.ConvergenceDetector): the window-mean train loss of the last
-    `limit` evaluations improved on the best before them by less than `threshold` (relative).
+    `patience` evaluations improved on the best before them by less than `min_delta` (relative).
     Action: the run stops after this step, with its final evaluation and checkpoint."""
 
     name = "early_stop"
     action = "stop the run after this step"
 
-    def check(self, evidence: Evidence, trainer, orch) -> Trigger | None:
-        detector = ConvergenceDetector(self.settings.threshold, int(self.settings.limit))
+    def check(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Trigger | None:
+        detector = ConvergenceDetector(self.settings.min_delta, self.settings.patience)
         if not detector.converged(orch.eval_means):
             return None
         recent = orch.eval_means[-detector.patience :]
         return Trigger(
             f"loss {min(recent):.4f} over {detector.patience} evaluations, no better than "
-            f"{min(orch.eval_means[: -detector.patience]):.4f} by {self.settings.threshold:.1%}",
+            f"{min(orch.eval_means[: -detector.patience]):.4f} by {self.settings.min_delta:.1%}",
             1.0,
         )
 
-    def apply(self, evidence: Evidence, trainer, orch) -> Change:
+    def apply(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Change:
         orch.stop_requested = True
-        return {"stop": [False, True], "train.steps": [trainer.config.train.steps, trainer.step]}
+        return {"stop": [False, True], "train.steps": [run.setting("train.steps"), run.step]}
