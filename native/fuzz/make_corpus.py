@@ -2,7 +2,8 @@
 3 model.safetensors of the harness's tiny config, 4 tokenizer.json): small real files of each.
 
 Built from plain dicts and numpy, with no import of ats_model: the native runtime sits below the
-model package, and its fuzz seeds are files in the formats the runtime reads (docs/ARCHITECTURE.md).
+model package, and its fuzz seeds are files in the formats the runtime reads (the rule is in
+tests/test_architecture.py).
 """
 
 import json
