@@ -18,7 +18,7 @@ summary per rank to --out/<name>/profile/rank-R/summary.txt; tokens/s then stops
     PYTHONPATH=$(ls -d packages/*/src | paste -sd:) \\
         python3 benchmarks/distributed.py --data tinyshakespeare.txt --out /tmp/dist --gpus 2
 
-Session 8's scaling rows (BENCHMARKS.md): `--compile --batch-size 64 --micro-batch-size 32 --only
+The scaling rows of BENCHMARKS.md: `--compile --batch-size 64 --micro-batch-size 32 --only
 single,single_per_gpu,ddp,fsdp2_one_unit`, 32 sequences per GPU as in the single-GPU MFU benchmark.
 
 A run that fails is reported with its error line and the others go on. Results stay in

@@ -1,7 +1,7 @@
-"""End-to-end training throughput and MFU on one device (issue 5): kernels="auto" vs "reference".
+"""End-to-end training throughput and MFU on one device: kernels="auto" vs "reference".
 
 The model, torch.compile, optimizer, precision and backend come from ats_train's own build functions
-(build_model_config, build_model, parallelize, build_optimizer (fused AdamW), build_precision,
+(build_model_config, build_model, apply_training_wrappers, build_optimizer (fused AdamW), build_precision,
 build_backend), and one step is the trainer's forward_backward + backend.step with one micro-batch,
 so the number is what `ats train` users get; --read-loss adds the trainer's per-step host read of
 the loss before the update. Batches are random tokens (throughput does not depend on the data; no
@@ -29,14 +29,15 @@ import torch
 from ats_model import build_model, count_params, flops_per_token, presets
 from ats_train.attention_backend import AttentionShape, choose_attention_backend
 from ats_train.backends import build_backend
+from ats_train.batch_geometry import BatchGeometry
 from ats_train.config import build_config
 from ats_train.cuda_graphs import GraphedLoss, check_cuda_graphs
 from ats_train.mfu import peak_flops
-from ats_train.model import build_model_config
+from ats_train.model_config import build_model_config
 from ats_train.optim import build_optimizer
-from ats_train.parallelize import parallelize
 from ats_train.precision import build_precision
 from ats_train.profiling import StepProfiler
+from ats_train.training_wrappers import apply_training_wrappers
 from torch._dynamo.utils import counters
 
 LOSS_WEIGHTS = ("moe_lb", "moe_z", "mod_predictor")
@@ -74,10 +75,10 @@ def run(preset: str, kernels: str, sdpa: str, args: argparse.Namespace) -> dict:
         model_config, train.batch_size, train.seq_len, precision.autocast_dtype or torch.float32
     )
     attention = choose_attention_backend(train.sdpa_backend, shape, device, lambda t: t)
-    check_cuda_graphs(config, model_config, device, world_size=1)
+    check_cuda_graphs(config, model_config, device, BatchGeometry.of(train.batch_size, 1, None))
     torch.manual_seed(train.seed)
     raw_model = build_model(model_config, device=device, kernels=config.kernels)
-    model = parallelize(raw_model, train)
+    model = apply_training_wrappers(raw_model, train)
     optimizer = build_optimizer(raw_model, config.optim, device)
     model, optimizer = backend.wrap(model, optimizer)
     loss_weights = dict(zip(LOSS_WEIGHTS, (config.loss.moe_lb_weight, config.loss.moe_z_weight,

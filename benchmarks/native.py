@@ -1,4 +1,4 @@
-"""Native runtime benchmark (issue 7): prefill and batch-1 decode tokens/s of the ATS C++ runtime
+"""Native runtime benchmark: prefill and batch-1 decode tokens/s of the ATS C++ runtime
 (`ats_native.Model`) on this CPU, against (a) ats-model in PyTorch eager (fp32) and (b) llama.cpp
 (`llama-cpp-python`, built from its PyPI sdist) on the GGUF export of the same weights:
 ats fp32 vs F32, ats int8 vs Q8_0, ats int4 (groups of 32) vs Q4_0.
@@ -228,9 +228,31 @@ def bench_torch(
     return best_rates(run, len(prompt), n_decode, reps)
 
 
+def load_libstdcxx_globally() -> None:
+    """Put libstdc++ in the process's global symbol scope before llama_cpp loads libllama.
+
+    libllama/libggml built from the llama-cpp-python sdist on the GPU machine's image list no
+    libstdc++ in DT_NEEDED (`readelf -d`), so in a Python process, which does not link libstdc++,
+    their first iostream call (a std::stringstream in llama_model::print_info) segfaults; the
+    GGUF files are not at fault: llama.cpp's own llama-simple, built from the same source and
+    linked by g++, loads and decodes them there, and with libstdc++ loaded first (this function,
+    or LD_PRELOAD) llama_cpp does too. Where libllama already needs libstdc++ this changes nothing.
+    """
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("stdc++")
+    if name is None:
+        raise RuntimeError(
+            "libstdc++ not found (ctypes.util.find_library('stdc++')); llama.cpp needs it"
+        )
+    ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL)
+
+
 def llama_cpp_worker(args: argparse.Namespace) -> None:
     """Runs inside the llama.cpp venv (no ATS imports): prints {"prefill", "decode"} tokens/s and
     saves the logits after the prompt to args.logits_out (the same-weights check)."""
+    load_libstdcxx_globally()
     import llama_cpp
 
     gguf, prompt_len, n_decode = args.llama_cpp_worker, args.prompt_len, args.decode

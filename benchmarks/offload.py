@@ -25,7 +25,7 @@ offloaded optimizer costs 16P, not 12P:
 
 Pinned host buffers are off (offload_*.pin_memory false): torch's caching host allocator rounds
 every pinned allocation up to a power of two (pytorch#150517), so the 17.5 GiB gradient buffer
-would pin 32 GiB; session 4's `cpu` run, pinned, peaked at 231.5 GiB of host RSS for 20P = 175
+would pin 32 GiB; a pinned `cpu` run peaked at 231.5 GiB of host RSS for 20P = 175
 GiB. Unpinned copies are slower; these runs show what fits, not speed.
 
 For 9.42B on the 1-GPU box (128 GiB RAM, 64 GiB disk): `split` and `param_nvme_hbm` (123 GiB of
@@ -177,8 +177,8 @@ def ds_config(run: str, nvme_path: Path | None, ratio: float) -> dict[str, objec
 # ---- one run, under torchrun --nproc-per-node 1 ----------------------------------------------
 def worker(run_dir: Path, steps: int, overrides: list[str]) -> int:
     import torch
+    from ats_train.build import build_trainer
     from ats_train.config import load_config
-    from ats_train.trainer import build_trainer
 
     t0 = time.perf_counter()
     with build_trainer(load_config(None, overrides), run_dir) as trainer:

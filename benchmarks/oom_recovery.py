@@ -27,9 +27,9 @@ import torch
 from ats_data.shards import ShardWriter, make_index, write_index
 from ats_tokenizer import Tokenizer
 from ats_tokenizer.pretokenize import GPT4_PATTERN
+from ats_train.build import build_trainer
 from ats_train.config import build_config
 from ats_train.orchestrator.decisions import read_decisions
-from ats_train.trainer import build_trainer
 
 
 def prepare(out: Path, max_bytes: int) -> Path:
@@ -146,7 +146,7 @@ def main() -> None:
                             "step": record["step"],
                             "loss": round(record["loss"], 4),
                             "batch_size": trainer.config.train.batch_size,
-                            "micro_batch_size": trainer.micro_batch_size,
+                            "micro_batch_size": trainer.batch.micro_batch,
                             "tokens_this_step": trainer.config.train.batch_size
                             * trainer.config.train.seq_len,
                             "peak_memory_gb": round(record.get("memory_gb") or 0.0, 2),
@@ -171,7 +171,7 @@ def main() -> None:
                     "recovered": bool(decisions)
                     and all(d["kind"] == "oom" and d["applied"] for d in decisions),
                     "ooms": len(decisions),
-                    "micro_batch": [asked, trainer.micro_batch_size],
+                    "micro_batch": [asked, trainer.batch.micro_batch],
                     "steps": trainer.step,
                     "final_loss_finite": bool(np.isfinite(record["loss"])),
                     "wall_s": round(time.perf_counter() - start, 1),

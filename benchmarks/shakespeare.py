@@ -10,7 +10,7 @@ first 90% of the file trains, the last 10% validates. Bytes are the tokens (voca
 runs dense (1500-step cosine) against moe_fine_dropout, the equal-active MoE of the goal: 4 of 16
 experts a quarter as wide, expert dropout 0.5 (`model.ffn_dropout`, Switch Transformer's remedy
 for sparse models overfitting small data), 2200-step cosine. Over seeds 1-9 it reached a lower
-best val loss than dense in 40 s on 6, and 0.004 lower in the mean (BENCHMARKS.md, session 13).
+best val loss than dense in 40 s on 6, and 0.004 lower in the mean (BENCHMARKS.md, time to quality).
 
 Defaults are nanoGPT's optimizer settings (batch 64, lr 1e-3, betas (0.9, 0.99), warmup 100) with
 train.cuda_graphs (at this size the CPU's kernel launches, not the GPU, set the eager step time:
@@ -21,16 +21,16 @@ The clock starts before the trainer is built and includes every evaluation; step
 are not run. One JSON line per run, then a summary.
 
 Each evaluation (every --eval-every steps) covers the whole val split, every packed window once:
-no sample and no seed in the number. Sessions up to 12 drew 10 seeded batches of 64 random
-windows instead (`--eval-batches 10`); on seed 6 that sample put dense at 1.4793 where the whole
-split gives 1.4464-1.4516 (BENCHMARKS.md, session 13). Their commands ran with the defaults of
-their time: `--eval-batches 10 --set train.overlap_host=false --set orchestrator.mode=advise`,
-and `--runs dense,moe_fine8` with 1500 steps.
+no sample and no seed in the number. `--eval-batches 10` draws 10 seeded batches of 64 random
+windows instead; on seed 6 that sample put dense at 1.4793 where the whole split gives
+1.4464-1.4516. The rows of docs/benchmarks-journal-2026.md measured before the whole-split
+evaluation ran with `--eval-batches 10 --set train.overlap_host=false --set
+orchestrator.mode=advise`, and `--runs dense,moe_fine8` with 1500 steps.
 
 --corpus stdlib trains on the running Python's standard library source instead (every `*.py`
 outside test/ and installed packages, in path order, ~10 MB on 3.12; same 90/10 split): text this model does not
 memorize within the budget, where tinyshakespeare (1 MB, ~24 passes in 1500 steps) is overfit by
-every model here, so MoE capacity can show (BENCHMARKS.md, session 4).
+every model here, so MoE capacity can show.
 
 Where a run's step time goes: `--set profile.steps=5 --set profile.start=300 --keep-runs DIR`
 writes ats_train.profiling's trace and summary (wall vs GPU-busy time, kernels by category) to
@@ -50,8 +50,8 @@ import torch
 from ats_data.shards import ShardWriter, make_index, write_index
 from ats_tokenizer import Tokenizer
 from ats_tokenizer.pretokenize import GPT4_PATTERN
+from ats_train.build import build_trainer
 from ats_train.config import build_config, parse_override
-from ats_train.trainer import build_trainer
 
 NANOGPT_BEST_VAL = 1.4697
 
@@ -100,7 +100,7 @@ RUNS = {
         "model.moe.n_shared_experts": 2,
         "model.ffn_dim": 256,
     },
-    # the MoE of the goal (BENCHMARKS.md, session 13): moe_fine with expert dropout 0.5 on a
+    # the MoE of the goal (BENCHMARKS.md, time to quality): moe_fine with expert dropout 0.5 on a
     # 2200-step cosine. Its val loss bottoms at 1500-2200 steps; dense's at 1000-1500, and dense
     # on the same 2200 steps ends worse (overfit), so each run keeps its own schedule.
     "moe_fine_dropout": {
@@ -257,7 +257,7 @@ def main() -> None:
         "--eval-batches",
         type=int,
         default=0,
-        help="0 = the whole val split (default); N = N seeded random batches (sessions <= 12)",
+        help="0 = the whole val split (default); N = N seeded random batches",
     )
     parser.add_argument("--compile", action="store_true")
     parser.add_argument("--kernels", default="auto", help="auto | reference | triton")

@@ -29,8 +29,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))  # shakespeare.py's byte-level data and runs
 import shakespeare  # noqa: E402
+from ats_train.build import build_trainer  # noqa: E402
 from ats_train.config import build_config  # noqa: E402
-from ats_train.trainer import Trainer, build_trainer  # noqa: E402
+from ats_train.trainer import Trainer  # noqa: E402
 
 MODEL = {  # shakespeare.py's shape, scaled down so the host's work is a visible share
     "model.dim": 64,

@@ -3,7 +3,7 @@
 shakespeare.py measures time to quality, where compilation, evaluation and the schedule all
 count; this isolates the step. Per run: build time, first step (graph capture, kernel
 compilation), the mean of --steps steps after --warmup, one evaluation (shakespeare.py's: the whole
-val split in one forward; --eval-batches 10 for the 10 x 64 random windows of sessions <= 12), and
+val split in one forward; --eval-batches 10 for 10 x 64 seeded random windows), and
 with --profile a cProfile of the timed steps (where the host's time goes).
 
     PYTHONPATH=$(ls -d packages/*/src | paste -sd:) python3 benchmarks/step_time.py \\
@@ -30,8 +30,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))  # shakespeare.py's data, model and runs
 import shakespeare  # noqa: E402
+from ats_train.build import build_trainer  # noqa: E402
 from ats_train.config import build_config  # noqa: E402
-from ats_train.trainer import build_trainer  # noqa: E402
 
 
 def sync(device: str) -> None:

@@ -291,3 +291,139 @@ def test_the_orchestrator_changes_a_run_only_by_records(tmp_path: Path) -> None:
         "line 4: .grad_clip =",
         "line 5: setattr",
     ]
+
+
+# The native serving path: `ats-infer serve` installs and runs without torch (issue 23). Every
+# module of ats_infer.serve, and the ats_infer modules it loads on the native path, import neither
+# torch nor ats-model (which needs torch), not even inside a function.
+SERVE_NATIVE_PATH = ["serve/**/*.py", "engine.py", "native_engine.py", "quantize.py",
+                     "tensor_files.py", "text_stream.py", "cli.py"]  # fmt: skip
+
+
+def test_native_serve_path_imports_no_torch() -> None:
+    src = ROOT / "packages/ats-infer/src/ats_infer"
+    problems = []
+    for pattern in SERVE_NATIVE_PATH:
+        for path in sorted(src.glob(pattern)):
+            for module in imported_modules(path):
+                if module.split(".")[0] in ("torch", "ats_model"):
+                    problems.append(f"{path.relative_to(ROOT)}: imports {module}")
+    assert not problems, "\n".join(problems)
+
+
+# ---- inside ats-train: the module import graph, drawn from the sources ----------------------------
+TRAIN_SRC = ROOT / "packages/ats-train/src"
+
+
+def _module_name(path: Path, src: Path) -> str:
+    parts = list(path.relative_to(src).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_type_checking(node: ast.AST) -> bool:
+    test = getattr(node, "test", None)
+    return isinstance(node, ast.If) and (
+        (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
+        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+    )
+
+
+def module_imports(name: str, path: Path, *, type_checking: bool) -> set[str]:
+    """Every module the file `path` (module `name`) imports, at any depth (function-local included):
+    `from a.b import c` names both a.b and a.b.c; relative imports are resolved. With
+    type_checking=False, imports under `if TYPE_CHECKING:` are left out (they never run)."""
+    found: set[str] = set()
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if _is_type_checking(child):
+                if type_checking:
+                    for inner in child.body:
+                        visit_node(inner)
+                for inner in child.orelse:
+                    visit_node(inner)
+                continue
+            visit_node(child)
+
+    def visit_node(node: ast.AST) -> None:
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package[: len(package) - (node.level - 1)]
+                base = ".".join([*parent, base] if base else parent)
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+        visit(node)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")))
+    return found
+
+
+def import_graph(src: Path, *, type_checking: bool) -> dict[str, set[str]]:
+    """Module -> the modules of the same source tree it imports."""
+    paths = {_module_name(p, src): p for p in src.rglob("*.py")}
+    graph = {}
+    for name, path in paths.items():
+        imported = module_imports(name, path, type_checking=type_checking)
+        graph[name] = {m for m in imported if m in paths and m != name}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle [a, b, ..., a], or None when the graph has none (depth-first search)."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        state[module] = 1
+        path.append(module)
+        for target in sorted(graph[module]):
+            if state.get(target) == 1:
+                return [*path[path.index(target) :], target]
+            if target not in state and (cycle := visit(target)) is not None:
+                return cycle
+        path.pop()
+        state[module] = 2
+        return None
+
+    for module in sorted(graph):
+        if module not in state and (cycle := visit(module)) is not None:
+            return cycle
+    return None
+
+
+def test_ats_train_has_no_import_cycle() -> None:
+    cycle = find_cycle(import_graph(TRAIN_SRC, type_checking=False))
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+    cycle = find_cycle(import_graph(TRAIN_SRC, type_checking=True))
+    assert cycle is None, "import cycle through TYPE_CHECKING imports: " + " -> ".join(cycle)
+
+
+def test_the_cycle_check_finds_a_cycle(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "sub" / "__init__.py").write_text("")
+    (package / "a.py").write_text("from pkg.sub import b\n")
+    (package / "sub" / "b.py").write_text("def f():\n    from ..c import g\n")
+    (package / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                  "    import pkg.a\n")  # fmt: skip
+    assert find_cycle(import_graph(tmp_path, type_checking=False)) is None
+    assert find_cycle(import_graph(tmp_path, type_checking=True)) == [
+        "pkg.a", "pkg.sub.b", "pkg.c", "pkg.a"
+    ]  # fmt: skip
+
+
+MAX_SOURCE_LINES = 500  # STYLE.md: files small enough to hold in your head
+
+
+def test_no_source_file_is_over_the_line_budget() -> None:
+    long = []
+    for path in sorted(ROOT.glob("packages/*/src/**/*.py")):
+        lines = len(path.read_text(encoding="utf-8").splitlines())
+        if lines > MAX_SOURCE_LINES:
+            long.append(f"{path.relative_to(ROOT)}: {lines} lines")
+    assert not long, f"over {MAX_SOURCE_LINES} lines:\n" + "\n".join(long)

@@ -1,7 +1,8 @@
-// nanobind wrappers of the model runtime (include/ats/model.h, sampler.h, cpu.h): ids arrive as a
+// nanobind wrappers of the model runtime (include/ats/model.h, batch.h, cpu.h): ids arrive as a
 // sequence or a numpy integer array, logits leave as a numpy array owning the C++ buffer (no
 // copy), the GIL is released around every compute call, and one lock per model serializes calls
-// from several Python threads (the model's thread pool runs one job at a time).
+// from several Python threads (the model's thread pool runs one job at a time). generate and
+// generate_batch are shims over ats_batch, which owns the prefill / sample / stop loop.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
@@ -17,27 +18,12 @@
 #include "ats/matmul.h"
 #include "ats/model.h"
 #include "ats/sampler.h"
-#include "ats/threads.h"
 #include "model_bindings.h"
+#include "seed_arg.h"
 #include "threads_arg.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
-
-namespace {
-
-struct Model {
-    ats_model *m = nullptr;
-    std::mutex lock;
-    ~Model() { ats_model_free(m); }
-};
-
-// ids -> (n_seq, T, int32 ids) checked against the vocabulary; `allow_2d` for batches.
-struct Ids {
-    int32_t n_seq = 0, T = 0;
-    bool batched = false;
-    std::vector<int32_t> data;
-};
 
 Ids to_ids(nb::handle obj, int32_t vocab, const char *what) {
     nb::module_ np = nb::module_::import_("numpy");
@@ -76,83 +62,37 @@ Ids to_ids(nb::handle obj, int32_t vocab, const char *what) {
     return out;
 }
 
-// A sampling seed: any Python int 0 .. 2**64 - 1 (the generator's whole seed space); a negative or
-// larger one, or a non-int, is a ValueError naming it (not nanobind's TypeError).
-uint64_t seed_arg(nb::handle seed) {
-    if (!PyLong_Check(seed.ptr()) || PyBool_Check(seed.ptr())) {
-        throw nb::value_error(("seed = " + std::string(nb::str(nb::repr(seed)).c_str()) +
-                               ": expected an integer 0 to 2**64 - 1")
-                                  .c_str());
-    }
-    unsigned long long v = PyLong_AsUnsignedLongLong(seed.ptr());
-    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
-        PyErr_Clear();
-        throw nb::value_error(("seed = " + std::string(nb::str(seed).c_str()) +
-                               ": expected an integer 0 to 2**64 - 1")
-                                  .c_str());
-    }
-    return (uint64_t)v;
+namespace {
+
+ats_sampler_params sampling(float temperature, int32_t top_k, float top_p, uint64_t seed) {
+    return ats_sampler_params{temperature, top_k, top_p, seed, 0.0f, 0.0f};
 }
 
-ats_sampler *make_sampler(float temperature, int32_t top_k, float top_p, uint64_t seed, int32_t vocab) {
-    ats_sampler_params sp{temperature, top_k, top_p, seed};
-    char err[256];
-    ats_sampler *s = ats_sampler_init(&sp, vocab, err, sizeof err);
-    if (!s) raise_value_error(err);
-    return s;
-}
-
-// Streaming generation over one sequence: prefill on the first next(), one decode step per next().
+// Streaming generation over one sequence: a one-slot Batch stepped once per next() (the first
+// step prefills the prompt).
 struct Generation {
-    nb::object owner; // keeps the Model alive
-    Model *model;
-    ats_session *session = nullptr;
-    ats_sampler *sampler = nullptr;
-    std::vector<int32_t> prompt;
-    std::vector<int32_t> stops;
-    int32_t max_new = 0, produced = 0, last = -1;
+    Batch batch;
     bool done = false;
-    ~Generation() {
-        ats_session_free(session);
-        ats_sampler_free(sampler);
-    }
     int32_t next() {
-        if (done || produced >= max_new) {
+        if (done) throw nb::stop_iteration();
+        int32_t n = batch_step(batch, 0);
+        if (n == 0) {
             done = true;
             throw nb::stop_iteration();
         }
-        int32_t V = ats_model_vocab_size(model->m);
-        std::vector<float> logits((size_t)V);
-        char err[512];
-        int rc;
-        int32_t tok;
-        {
-            nb::gil_scoped_release release;
-            std::lock_guard<std::mutex> guard(model->lock);
-            const int32_t *ids = produced == 0 ? prompt.data() : &last;
-            int32_t n = produced == 0 ? (int32_t)prompt.size() : 1;
-            rc = ats_session_forward(session, &ids, &n, logits.data(), nullptr, err, sizeof err);
-            tok = rc == 0 ? ats_sampler_sample(sampler, logits.data()) : -1;
-        }
-        if (rc != 0) {
-            done = true;
-            raise_value_error(err);
-        }
-        produced++;
-        last = tok;
-        for (int32_t s : stops) done = done || s == tok;
-        return tok;
+        const ats_batch_event &e = batch.events[0];
+        done = e.finish != ATS_FINISH_NONE;
+        return e.token;
     }
 };
 
-std::vector<int32_t> to_list(nb::handle obj, const char *what) {
+std::vector<int32_t> to_list(nb::handle obj) {
     std::vector<int32_t> out;
     for (nb::handle h : obj) out.push_back(nb::cast<int32_t>(h));
-    (void)what;
     return out;
 }
 
-} // namespace
+}  // namespace
 
 void bind_model(nb::module_ &m) {
     m.def(
@@ -298,7 +238,8 @@ void bind_model(nb::module_ &m) {
         .def(
             "generate",
             [](nb::handle self_h, nb::handle ids, int32_t max_new_tokens, float temperature,
-               int32_t top_k, float top_p, nb::handle seed, nb::handle stop_tokens) {
+               int32_t top_k, float top_p, nb::handle seed_h, nb::handle stop_tokens) {
+                const uint64_t seed = seed_arg(seed_h);
                 Model &self = nb::cast<Model &>(self_h);
                 int32_t V = ats_model_vocab_size(self.m);
                 Ids in = to_ids(ids, V, "ids");
@@ -311,27 +252,30 @@ void bind_model(nb::module_ &m) {
                                            std::to_string(ats_model_max_seq_len(self.m)))
                                               .c_str());
                 }
-                auto *g = new Generation();
-                std::unique_ptr<Generation> guard(g);
-                g->owner = nb::borrow(self_h);
-                g->model = &self;
-                g->sampler = make_sampler(temperature, top_k, top_p, seed_arg(seed), V);
-                g->stops = to_list(stop_tokens, "stop_tokens");
-                g->prompt = in.data;
-                g->max_new = max_new_tokens;
-                char err[512];
-                g->session = ats_session_init(self.m, 1, (int32_t)std::max<int64_t>(1, need), err, sizeof err);
-                if (!g->session) raise_value_error(err);
-                return nb::cast(guard.release(), nb::rv_policy::take_ownership);
+                std::unique_ptr<Generation> g(new Generation());
+                if (max_new_tokens == 0) {
+                    ats_sampler_params sp = sampling(temperature, top_k, top_p, seed);
+                    char err[512];
+                    ats_sampler *check = ats_sampler_init(&sp, V, err, sizeof err);
+                    if (!check) raise_value_error(err);
+                    ats_sampler_free(check);
+                    g->done = true;
+                } else {
+                    g->batch = batch_open(self_h, 1, (int32_t)need);
+                    batch_start(g->batch, 0, in.data, max_new_tokens, sampling(temperature, top_k, top_p, seed),
+                                {}, {}, to_list(stop_tokens), false, 0);
+                }
+                return nb::cast(g.release(), nb::rv_policy::take_ownership);
             },
             "ids"_a, "max_new_tokens"_a, "temperature"_a = 0.0f, "top_k"_a = 0, "top_p"_a = 1.0f,
             "seed"_a = nb::int_(0), "stop_tokens"_a = nb::tuple(),
             "Iterator of new token ids: prefill, then one decode step per id (KV cache).")
         .def(
             "generate_batch",
-            [](Model &self, nb::handle prompts, int32_t max_new_tokens, float temperature,
+            [](nb::handle self_h, nb::handle prompts, int32_t max_new_tokens, float temperature,
                int32_t top_k, float top_p, nb::handle seed_h, nb::handle stop_tokens) {
                 const uint64_t seed = seed_arg(seed_h);
+                Model &self = nb::cast<Model &>(self_h);
                 int32_t V = ats_model_vocab_size(self.m);
                 std::vector<std::vector<int32_t>> seqs;
                 int32_t longest = 0;
@@ -348,50 +292,20 @@ void bind_model(nb::module_ &m) {
                 if (need > ats_model_max_seq_len(self.m)) {
                     throw nb::value_error("longest prompt + max_new_tokens exceeds max_seq_len");
                 }
-                std::vector<int32_t> stops = to_list(stop_tokens, "stop_tokens");
-                std::vector<std::unique_ptr<ats_sampler, void (*)(ats_sampler *)>> samplers;
-                for (int32_t b = 0; b < B; b++) {
-                    /* seed + b wraps modulo 2**64 */
-                    samplers.emplace_back(make_sampler(temperature, top_k, top_p, seed + (uint64_t)b, V),
-                                          ats_sampler_free);
-                }
                 std::vector<std::vector<int32_t>> out((size_t)B);
-                char err[512] = "";
-                int rc = 0;
-                {
-                    nb::gil_scoped_release release;
-                    std::lock_guard<std::mutex> guard(self.lock);
-                    ats_session *s = ats_session_init(self.m, B, (int32_t)need, err, sizeof err);
-                    if (!s) rc = -1;
-                    std::vector<float> logits((size_t)B * (size_t)V);
-                    std::vector<const int32_t *> ids((size_t)B);
-                    std::vector<int32_t> n((size_t)B), last((size_t)B);
-                    std::vector<uint8_t> active((size_t)B, 1);
-                    for (int32_t b = 0; b < B; b++) {
-                        ids[(size_t)b] = seqs[(size_t)b].data();
-                        n[(size_t)b] = (int32_t)seqs[(size_t)b].size();
-                    }
-                    for (int32_t step = 0; rc == 0 && step < max_new_tokens; step++) {
-                        rc = ats_session_forward(s, ids.data(), n.data(), logits.data(), nullptr, err, sizeof err);
-                        if (rc != 0) break;
-                        bool any = false;
-                        for (int32_t b = 0; b < B; b++) {
-                            if (!active[(size_t)b]) continue;
-                            int32_t tok = ats_sampler_sample(samplers[(size_t)b].get(), logits.data() + (size_t)b * V);
-                            out[(size_t)b].push_back(tok);
-                            last[(size_t)b] = tok;
-                            for (int32_t st : stops) {
-                                if (st == tok) active[(size_t)b] = 0;
-                            }
-                            ids[(size_t)b] = &last[(size_t)b];
-                            n[(size_t)b] = active[(size_t)b] ? 1 : 0;
-                            any = any || active[(size_t)b];
-                        }
-                        if (!any) break;
-                    }
-                    ats_session_free(s);
+                if (max_new_tokens == 0) return out;
+                std::vector<int32_t> stops = to_list(stop_tokens);
+                Batch batch = batch_open(self_h, B, (int32_t)need);
+                for (int32_t b = 0; b < B; b++) {
+                    batch_start(batch, b, seqs[(size_t)b], max_new_tokens,
+                                sampling(temperature, top_k, top_p, seed + (uint64_t)b /* wraps mod 2**64 */), {}, {}, stops, false, 0);
                 }
-                if (rc != 0) raise_value_error(err);
+                for (int32_t n = batch_step(batch, 0); n > 0; n = batch_step(batch, 0)) {
+                    for (int32_t i = 0; i < n; i++) {
+                        const ats_batch_event &e = batch.events[(size_t)i];
+                        out[(size_t)e.slot].push_back(e.token);
+                    }
+                }
                 return out;
             },
             "prompts"_a, "max_new_tokens"_a, "temperature"_a = 0.0f, "top_k"_a = 0, "top_p"_a = 1.0f,

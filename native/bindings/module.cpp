@@ -13,5 +13,6 @@ NB_MODULE(_ats_native, m) {
     m.def("version", &ats_version, "Version of the native core.");
     bind_tokenizer(m);
     bind_model(m);
+    bind_batch(m);
     bind_tokenizer_json(m);
 }

@@ -43,9 +43,12 @@ ats_session *ats_session_init(ats_model *model, int32_t n_seq, int32_t max_len, 
 void ats_session_free(ats_session *session);
 /* Tokens already in the cache of sequence b. */
 int32_t ats_session_length(const ats_session *session, int32_t b);
+/* Empties sequence b (length 0, every cache slot invalid) so that a new sequence can use it; the
+ * other sequences are untouched. Returns 0, or -1 with err set when b is out of range. */
+int ats_session_reset(ats_session *session, int32_t b, char *err, size_t err_cap);
 
 /* Appends n_new[b] tokens ids[b][0..n_new[b]) to every sequence b (0 = leave it alone) and runs
- * them through the model. Writes the logits of each sequence's last new token to
+ * them through the model (a prompt may arrive in several calls: chunked prefill). Writes the logits of each sequence's last new token to
  * last_logits[b * vocab] (rows of sequences with n_new[b] == 0 are left untouched); with
  * all_logits != NULL also every new token's logits, sequence by sequence, in input order. */
 int ats_session_forward(ats_session *session, const int32_t *const *ids, const int32_t *n_new,

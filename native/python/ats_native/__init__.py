@@ -3,12 +3,18 @@
 Tokenizer fast path (contract: the ats_tokenizer package is the reference): `pretokenize`,
 `BpeEncoder`, `WordCounter`, `train_bpe`.
 Model runtime (issue 7; contract: briefs/native_runtime.md): `Model` (a model directory:
-logits, streaming `generate` -> `Generation`, `generate_batch`), `Tokenizer` (tokenizer.json),
+logits, streaming `generate` -> `Generation`, `generate_batch`), `Batch` (continuous batching:
+requests start in slots of one KV cache, one forward per step), `Tokenizer` (tokenizer.json),
 `cpu_features`, `cpu_peak` (measured peak multiply-adds/s), `quantized_matmul` (one int8/int4
 matmul through the runtime's path, for tests), `threads_max` (the most threads any call may use).
 """
 
 from ats_native._ats_native import (
+    FINISH_LENGTH,
+    FINISH_NONE,
+    FINISH_STOP,
+    MAX_TOP_LOGPROBS,
+    Batch,
     BpeEncoder,
     Generation,
     Model,
@@ -24,6 +30,11 @@ from ats_native._ats_native import (
 )
 
 __all__ = [
+    "FINISH_LENGTH",
+    "FINISH_NONE",
+    "FINISH_STOP",
+    "MAX_TOP_LOGPROBS",
+    "Batch",
     "BpeEncoder",
     "Generation",
     "Model",

@@ -111,6 +111,48 @@ class Model:
     ) -> list[list[int]]:
         """New token ids of each prompt, all generated together (sequence b samples with seed + b, modulo 2**64); seed: 0 to 2**64 - 1."""
 
+FINISH_NONE: int  # the slot keeps generating
+FINISH_STOP: int  # the token is a stop token (not part of the text); the slot is free
+FINISH_LENGTH: int  # max_new_tokens reached or the slot's cache is full; the slot is free
+MAX_TOP_LOGPROBS: int
+
+# (slot, token, finish, logprob, [(token id, logprob), ...] most likely first)
+BatchEvent = tuple[int, int, int, float, list[tuple[int, float]]]
+
+class Batch:
+    """Continuous batching over one KV cache of n_slots sequences of up to max_len tokens each:
+    start requests in free slots, step them all with one forward pass, cancel any. Logprobs are
+    log-softmax of the raw logits (before bias, penalties, temperature). One thread owns a batch."""
+
+    def __init__(self, model: Model, n_slots: int, max_len: int) -> None: ...
+    @property
+    def n_slots(self) -> int: ...
+    @property
+    def max_len(self) -> int: ...
+    def busy(self, slot: int) -> bool: ...
+    def start(
+        self,
+        slot: int,
+        prompt: Sequence[int] | npt.ArrayLike,
+        max_new_tokens: int,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        presence_penalty: float = 0.0,
+        frequency_penalty: float = 0.0,
+        logit_bias: dict[int, float] = ...,
+        stop_tokens: Sequence[int] = (),
+        logprobs: bool = False,
+        top_logprobs: int = 0,
+    ) -> None:
+        """Starts a request in a free slot; ValueError naming the problem otherwise."""
+    def step(self, prefill_budget: int = 0) -> list[BatchEvent]:
+        """One forward pass over every busy slot: a prompt chunk (at most prefill_budget prompt
+        tokens in all this step; 0 = no limit) for slots in prefill, the last token for the
+        others; one event per slot that sampled a token."""
+    def cancel(self, slot: int) -> None: ...
+
 class Tokenizer:
     """Byte-level BPE tokenizer read from a tokenizer.json (ids equal ats_tokenizer's
     encode_ordinary)."""

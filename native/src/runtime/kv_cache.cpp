@@ -1,6 +1,7 @@
 /* The KV cache behind ats_session: per layer, keys and values (n_seq, max_len, n_kv_head * hd)
  * and a validity byte per slot (a MoD layer leaves the slots of tokens it skipped invalid, so
  * later tokens never attend to keys that were never computed). */
+#include <algorithm>
 #include <memory>
 #include <new>
 
@@ -49,6 +50,20 @@ void ats_session_free(ats_session *s) { delete s; }
 
 int32_t ats_session_length(const ats_session *s, int32_t b) {
     return b >= 0 && b < s->n_seq ? s->length[(size_t)b] : -1;
+}
+
+int ats_session_reset(ats_session *s, int32_t b, char *err, size_t err_cap) {
+    if (b < 0 || b >= s->n_seq) {
+        ats::set_err(err, err_cap, "sequence " + std::to_string(b) + " is out of range [0, " +
+                                       std::to_string(s->n_seq) + ")");
+        return -1;
+    }
+    s->length[(size_t)b] = 0;
+    /* keys and values stay; a slot is read only while valid, and every valid flag is cleared */
+    for (std::vector<uint8_t> &valid : s->valid) {
+        std::fill(valid.begin() + (size_t)b * s->max_len, valid.begin() + (size_t)(b + 1) * s->max_len, 0);
+    }
+    return 0;
 }
 
 }  // extern "C"

@@ -1,5 +1,6 @@
-/* ats_sampler: greedy / temperature / top-k / top-p with a splitmix64 generator (Steele et al.
- * 2014), so a seed fixes the whole stream of draws. Scratch buffers live in the sampler. */
+/* ats_sampler: logit bias and OpenAI presence/frequency penalties, then greedy / temperature /
+ * top-k / top-p with a splitmix64 generator (Steele et al. 2014), so a seed fixes the whole stream
+ * of draws. Scratch buffers live in the sampler. */
 #include "ats/sampler.h"
 
 #include <math.h>
@@ -15,6 +16,11 @@ struct ats_sampler {
     uint64_t state;
     std::vector<float> z;         /* scaled logits */
     std::vector<int32_t> order;   /* ids sorted by logit, descending (top-p) */
+    std::vector<float> adjusted;  /* logits + bias - penalties (when any applies) */
+    std::vector<int32_t> bias_ids;
+    std::vector<float> bias;
+    std::vector<int32_t> count;   /* times each id was accepted (penalties) */
+    std::vector<int32_t> seen;    /* ids with count > 0, in first-seen order */
 };
 
 static uint64_t splitmix64(uint64_t *s) {
@@ -33,6 +39,8 @@ ats_sampler *ats_sampler_init(const ats_sampler_params *p, int32_t vocab_size, c
     else if (p->top_k < 0) bad = "top_k must be >= 0 (0 = off)";
     else if (!(p->top_p > 0.0f && p->top_p <= 1.0f)) bad = "top_p must be in (0, 1] (1 = off)";
     else if (vocab_size < 1) bad = "vocab_size must be >= 1";
+    else if (!isfinite(p->presence_penalty)) bad = "presence_penalty must be a finite number";
+    else if (!isfinite(p->frequency_penalty)) bad = "frequency_penalty must be a finite number";
     if (bad) {
         if (err && err_cap) snprintf(err, err_cap, "%s", bad);
         return nullptr;
@@ -50,8 +58,48 @@ ats_sampler *ats_sampler_init(const ats_sampler_params *p, int32_t vocab_size, c
 
 void ats_sampler_free(ats_sampler *s) { delete s; }
 
-int32_t ats_sampler_sample(ats_sampler *s, const float *logits) {
+int ats_sampler_set_logit_bias(ats_sampler *s, const int32_t *ids, const float *bias, int32_t n,
+                               char *err, size_t err_cap) {
+    for (int32_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= s->vocab) {
+            if (err && err_cap) snprintf(err, err_cap, "logit_bias token id %d is out of range [0, %d)", ids[i], s->vocab);
+            return -1;
+        }
+        if (!isfinite(bias[i])) {
+            if (err && err_cap) snprintf(err, err_cap, "logit_bias of token id %d is not a finite number", ids[i]);
+            return -1;
+        }
+    }
+    s->bias_ids.assign(ids, ids + n);
+    s->bias.assign(bias, bias + n);
+    return 0;
+}
+
+void ats_sampler_accept(ats_sampler *s, int32_t token) {
+    if (token < 0 || token >= s->vocab) return;
+    if (s->count.empty()) s->count.assign((size_t)s->vocab, 0);
+    if (s->count[(size_t)token]++ == 0) s->seen.push_back(token);
+}
+
+/* logits + bias - presence * [count > 0] - frequency * count, or logits itself when nothing
+ * applies (OpenAI's penalty definition: platform.openai.com/docs/advanced-usage). */
+static const float *adjust(ats_sampler *s, const float *logits) {
+    bool penalize = (s->p.presence_penalty != 0.0f || s->p.frequency_penalty != 0.0f) && !s->seen.empty();
+    if (s->bias_ids.empty() && !penalize) return logits;
+    s->adjusted.assign(logits, logits + s->vocab);
+    for (size_t i = 0; i < s->bias_ids.size(); i++) s->adjusted[(size_t)s->bias_ids[i]] += s->bias[i];
+    if (penalize) {
+        for (int32_t id : s->seen) {
+            int32_t c = s->count[(size_t)id];
+            s->adjusted[(size_t)id] -= s->p.presence_penalty + s->p.frequency_penalty * (float)c;
+        }
+    }
+    return s->adjusted.data();
+}
+
+int32_t ats_sampler_sample(ats_sampler *s, const float *raw_logits) {
     const int32_t V = s->vocab;
+    const float *logits = adjust(s, raw_logits);
     if (s->p.temperature == 0.0f) {
         int32_t best = 0;
         for (int32_t i = 1; i < V; i++) {

@@ -62,3 +62,92 @@ def write_token_dataset(
 @pytest.fixture
 def make_token_dataset():
     return write_token_dataset
+
+
+# --- corpus dumps: the committed fixtures (tests/fixtures/*) in their published containers ---
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def write_multistream(xml_path: Path, out_dir: Path, pages_per_stream: int = 2) -> Path:
+    """A pages-articles-multistream.xml.bz2 and its index, made as Wikimedia makes them: the
+    header (through </siteinfo>) is one bz2 stream, then every `pages_per_stream` pages one
+    stream, then the closing tag one stream; index lines are `offset:page_id:title`."""
+    import bz2
+    import re
+
+    xml = xml_path.read_text(encoding="utf-8")
+    head_end = xml.index("</siteinfo>") + len("</siteinfo>\n")
+    pages = re.findall(r"  <page>.*?</page>\n", xml, flags=re.DOTALL)
+    tail = xml[xml.rindex("</mediawiki>") :]
+    dump = out_dir / xml_path.name.replace("pages-articles", "pages-articles-multistream")
+    dump = dump.with_name(dump.name + ".bz2")
+    index_lines = []
+    with dump.open("wb") as f:
+        f.write(bz2.compress(xml[:head_end].encode()))
+        for i in range(0, len(pages), pages_per_stream):
+            offset = f.tell()
+            group = pages[i : i + pages_per_stream]
+            for page in group:
+                page_id = re.search(r"<id>(\d+)</id>", page).group(1)
+                title = re.search(r"<title>(.*?)</title>", page).group(1)
+                index_lines.append(f"{offset}:{page_id}:{title}\n")
+            f.write(bz2.compress("".join(group).encode()))
+        f.write(bz2.compress(tail.encode()))
+    index = dump.with_name(dump.name.replace(".xml.bz2", "-index.txt.bz2"))
+    index.write_bytes(bz2.compress("".join(index_lines).encode()))
+    return dump
+
+
+def write_arxiv_tar(out_dir: Path) -> Path:
+    """A bulk source tar as arXiv ships them: members `YYMM/ID.gz`, each a gzipped tar of the
+    paper's files or one gzipped .tex file."""
+    import gzip
+    import io
+    import tarfile
+
+    def add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+
+    src = FIXTURES / "arxiv"
+    paper = io.BytesIO()
+    with tarfile.open(fileobj=paper, mode="w") as inner:
+        for tex in sorted((src / "2301.00002").iterdir()):
+            add(inner, tex.name, tex.read_bytes())
+        add(inner, "fig1.png", b"\x89PNG not text")
+    bulk = out_dir / "arXiv_src_2301_001.tar"
+    with tarfile.open(bulk, mode="w") as tar:
+        add(tar, "2301/2301.00002.gz", gzip.compress(paper.getvalue()))
+        add(tar, "2301/2301.00003.gz", gzip.compress((src / "2301.00003.tex").read_bytes()))
+        add(tar, "2301/2301.00004.gz", gzip.compress((src / "2301.00004.tex").read_bytes()))
+    return bulk
+
+
+def gzip_copies(paths: list[Path], out_dir: Path) -> list[Path]:
+    import gzip
+
+    out = []
+    for p in paths:
+        dst = out_dir / (p.name + ".gz")
+        dst.write_bytes(gzip.compress(p.read_bytes()))
+        out.append(dst)
+    return out
+
+
+@pytest.fixture
+def multistream_dump(tmp_path) -> Path:
+    return write_multistream(
+        FIXTURES / "wikipedia" / "enwiki-20240601-pages-articles.xml", tmp_path
+    )
+
+
+@pytest.fixture
+def arxiv_tar(tmp_path) -> Path:
+    return write_arxiv_tar(tmp_path)
+
+
+@pytest.fixture
+def pubmed_gz(tmp_path) -> list[Path]:
+    return gzip_copies(sorted((FIXTURES / "pubmed").iterdir()), tmp_path)

@@ -141,3 +141,48 @@ def test_reuse_of_a_corrupted_dataset_is_an_error(text_file, tokenizer_path, tmp
         prepare(text_file, tokenizer_path, out, val_fraction=0.1, workers=1)
     prepare(text_file, tokenizer_path, out, val_fraction=0.1, workers=1, overwrite=True)
     ShardDataset(out)
+
+
+def test_a_folder_that_is_not_a_dataset_is_refused(text_file, tokenizer_path, tmp_path):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "train-00000.bin").write_bytes(b"my own file")
+    with pytest.raises(DataError, match=r"not empty and holds no ats-data dataset"):
+        prepare(text_file, tokenizer_path, out, val_fraction=0.1, workers=1)
+    assert (out / "train-00000.bin").read_bytes() == b"my own file"
+    assert sorted(p.name for p in out.iterdir()) == ["train-00000.bin"]
+    prepare(text_file, tokenizer_path, out, val_fraction=0.1, workers=1, overwrite=True)
+    assert ShardDataset(out).num_docs("train") > 0
+
+
+def test_stats_count_duplicates_licences_and_sources(tokenizer_path, tmp_path):
+    src = tmp_path / "d.jsonl"
+    base = " ".join(f"word{i}" for i in range(100))
+    texts = [f"document number {i} " * 5 for i in range(40)] + [base, base, base + " tail"]
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    index = json.loads(
+        (
+            prepare(src, tokenizer_path, tmp_path / "o", dedup="minhash", workers=1) / INDEX_NAME
+        ).read_text()
+    )
+    stats = index["stats"]
+    assert (stats["documents_read"], stats["duplicates"], stats["near_duplicates"]) == (43, 1, 1)
+    assert stats["licences"] == {"unknown": 41} and stats["sources"] == {"jsonl": 41}
+    assert index["config"]["dedup"] == "minhash"
+
+
+def test_stats_count_repetition_drops_and_pii(tokenizer_path, tmp_path):
+    src = tmp_path / "d.jsonl"
+    texts = [f"note {i}: write to me{i}@example.org about {i} things today" for i in range(30)]
+    texts += ["spam spam spam\n" * 5 + "eggs", "buy now " * 10]
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    out = prepare(src, tokenizer_path, tmp_path / "o", workers=1, repetition_filter=True, pii=True)
+    index = json.loads((out / INDEX_NAME).read_text())
+    stats = index["stats"]
+    assert stats["dropped_repetition"] == {
+        "duplicate_line_fraction": 1,
+        "top_2gram_char_fraction": 1,
+    }
+    assert stats["pii_replaced"] == {"email": 30}
+    assert (index["config"]["repetition_filter"], index["config"]["pii"]) == (True, True)
+    assert stats["sources"] == {"jsonl": 30}

@@ -113,7 +113,13 @@ def test_index_describes_the_files(prepared, tokenizer):
         "documents_read": len(cleaned),
         "dropped_short": len(cleaned) - len(long_enough),
         "dropped_long": 0,
+        "dropped_repetition": {},  # repetition and PII filters are off by default
+        "pii_replaced": {},
         "duplicates": len(long_enough) - len(set(long_enough)),
+        "near_duplicates": 0,  # the default dedup is exact only
+        "skipped": {},
+        "licences": {"unknown": len(set(long_enough))},  # JSONL records carry no licence
+        "sources": {"jsonl": len(set(long_enough))},
     }
     assert index["stats"]["duplicates"] >= 2 and index["stats"]["dropped_short"] >= 2
     for split, entry in index["splits"].items():

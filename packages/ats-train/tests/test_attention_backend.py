@@ -11,8 +11,8 @@ from ats_train.attention_backend import (
     fastest,
     time_backend,
 )
+from ats_train.build import build_trainer
 from ats_train.config import ConfigError, build_config
-from ats_train.trainer import build_trainer
 from torch.nn.attention import SDPBackend
 
 CPU = torch.device("cpu")

@@ -11,7 +11,7 @@ from ats_train.config import (
     to_toml,
     valid_keys,
 )
-from ats_train.model import build_model_config
+from ats_train.model_config import build_model_config
 from ats_train.orchestrator.settings import RENAMED
 
 

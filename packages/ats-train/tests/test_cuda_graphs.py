@@ -4,10 +4,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from ats_train.batch_geometry import BatchGeometry
+from ats_train.build import build_trainer
 from ats_train.config import ConfigError, build_config
 from ats_train.cuda_graphs import check_cuda_graphs
-from ats_train.model import build_model_config
-from ats_train.trainer import build_trainer
+from ats_train.model_config import build_model_config
 
 CUDA = torch.device("cuda")
 
@@ -44,7 +45,8 @@ def test_refuses_what_graphs_cannot_replay(prepared, extra: dict, message: str) 
     config = _config(prepared, **extra)
     model = build_model_config(config.model, 320, config.train.seq_len)
     with pytest.raises(ConfigError, match=message):
-        check_cuda_graphs(config, model, CUDA, world_size=1)
+        batch = BatchGeometry.of(config.train.batch_size, 1, config.train.micro_batch_size)
+        check_cuda_graphs(config, model, CUDA, batch)
 
 
 def test_refuses_cpu_before_writing_anything(prepared, tmp_path: Path) -> None:

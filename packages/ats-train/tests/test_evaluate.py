@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from ats_train.build import build_trainer
 from ats_train.config import load_config
 from ats_train.errors import ConfigError
-from ats_train.trainer import build_trainer
 
 
 @pytest.mark.parametrize("preset", ["tiny-dense", "tiny-moe"])

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from ats_train.build import build_trainer
 from ats_train.checkpoint import LATEST, checkpoints_dir
 from ats_train.cli import main
 from ats_train.config import build_config, load_config
 from ats_train.errors import ConfigError
-from ats_train.trainer import build_trainer
 
 
 def _args(overrides, overlap: bool, **extra: object) -> list[str]:  # noqa: ANN001

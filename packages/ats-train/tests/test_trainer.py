@@ -8,6 +8,7 @@ import pytest
 import torch
 from ats_model import build_model, presets
 from ats_train.backends import SingleBackend
+from ats_train.batch_geometry import BatchGeometry
 from ats_train.checkpoint import LATEST, checkpoints_dir
 from ats_train.cli import main
 from ats_train.config import load_config
@@ -47,6 +48,7 @@ def _trainer(model: torch.nn.Module, batch: int, micro: int, aux_weight: float) 
         metrics=None,
         flops_per_token=0.0,
         peak_flops=None,
+        batch=BatchGeometry.of(batch, 1, micro),
     )
 
 
@@ -74,9 +76,9 @@ def test_accumulation_matches_one_big_batch(preset: str) -> None:
     y = torch.randint(0, model.config.vocab_size, (4, 16))
     model(x, targets=y).loss.backward()  # the oracle: plain PyTorch, one batch
     oracle = _grads(model)
-    one = _trainer(model, 4, 4, 0.0).forward_backward(x, y)
+    one = _trainer(model, 4, 4, 0.0).forward_backward(x, y).to_host()
     grads_one = _grads(model)
-    four = _trainer(model, 4, 1, 0.0).forward_backward(x, y)
+    four = _trainer(model, 4, 1, 0.0).forward_backward(x, y).to_host()
     grads_four = _grads(model)
     for name in set(grads_four) - set(oracle):  # reached only through a 0-weighted aux loss
         assert not grads_four[name].any(), name

@@ -1,9 +1,11 @@
-"""`prepare`: source -> clean -> dedup -> train/val split -> tokenized shards + index.json.
+"""`prepare`: source -> clean -> dedup (exact, optionally MinHash) -> train/val split -> tokenized
+shards + index.json, whose stats count what was read, dropped and kept, by licence and source.
 
 The index holds a cache key (source fingerprint, tokenizer sha256, cleaning/split/shard
 settings): preparing the same source with the same tokenizer and settings into the same folder
 reuses the shards there. The number of workers is not part of the key: the shards do not depend
-on it.
+on it. An --out folder that holds anything but an ats-data dataset is refused unless overwrite:
+the shard names are common enough to be someone else's files.
 """
 
 import hashlib
@@ -11,13 +13,15 @@ import json
 import logging
 import os
 import shutil
+from collections import Counter
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ats_data.clean import CleanConfig, Cleaner
 from ats_data.dataset import ShardDataset
-from ats_data.dedup import HASH_ALGOS, ExactDeduper, document_digest
+from ats_data.dedup import HASH_ALGOS, Dedup, check_dedup_mode, document_digest
+from ats_data.document import Document
 from ats_data.errors import DataError
 from ats_data.shards import (
     DEFAULT_SHARD_TOKENS,
@@ -50,10 +54,17 @@ class PrepareConfig:
     text_field: str = "text"
     hash_algo: str = "sha256"
     shard_tokens: int = DEFAULT_SHARD_TOKENS
+    dedup: str = "exact"  # "exact", "minhash" (after exact) or "none"
+    repetition_filter: bool = False  # Gopher's repetition filters (repetition.py)
+    pii: bool = False  # PII replaced by placeholders (pii.py)
+
+    def clean_config(self) -> CleanConfig:
+        return CleanConfig(self.min_chars, self.max_chars, self.repetition_filter, self.pii)
 
     def __post_init__(self) -> None:
         check_val_fraction(self.val_fraction)
-        CleanConfig(self.min_chars, self.max_chars)
+        check_dedup_mode(self.dedup)
+        self.clean_config()
         if self.hash_algo not in HASH_ALGOS:
             raise DataError(
                 f"hash_algo must be one of {', '.join(HASH_ALGOS)}, got {self.hash_algo!r}"
@@ -77,25 +88,48 @@ class _Counts:
     documents_read: int = 0
     dropped_short: int = 0
     dropped_long: int = 0
+    dropped_repetition: dict = field(default_factory=dict)  # by the Gopher test failed
+    pii_replaced: dict = field(default_factory=dict)  # by kind: email, ip, phone
     duplicates: int = 0
+    near_duplicates: int = 0
+    skipped: dict = field(default_factory=dict)  # what the corpus readers left out, by reason
+    licences: dict = field(default_factory=dict)  # kept documents by licence
+    sources: dict = field(default_factory=dict)  # kept documents by reader
 
 
 def _split_documents(
-    source: Source, config: PrepareConfig, counts: _Counts
+    source: Source, config: PrepareConfig, counts: _Counts, workers: int
 ) -> Iterator[tuple[str, str]]:
-    cleaner = Cleaner(CleanConfig(config.min_chars, config.max_chars))
-    deduper = ExactDeduper()
-    for raw in source:
-        counts.documents_read += 1
-        text = cleaner(raw)
-        if text is None:
-            continue
-        digest = document_digest(text, config.hash_algo)
-        if deduper.add(digest):
-            yield assign_split(digest, config.val_fraction), text
+    cleaner = Cleaner(config.clean_config())
+    deduper = Dedup(config.dedup, workers=workers)
+    skipped: Counter = Counter()
+    licences: Counter = Counter()
+    sources: Counter = Counter()
+
+    def cleaned() -> Iterator[Document]:
+        for doc in source.documents(skipped, workers):
+            counts.documents_read += 1
+            text = cleaner(doc.text)
+            if text is not None:
+                doc.text = text
+                yield doc
+
+    for doc in deduper(cleaned()):
+        licences[doc.licence or "unknown"] += 1
+        sources[doc.source] += 1
+        yield (
+            assign_split(document_digest(doc.text, config.hash_algo), config.val_fraction),
+            doc.text,
+        )
     counts.dropped_short = cleaner.dropped_short
     counts.dropped_long = cleaner.dropped_long
-    counts.duplicates = deduper.duplicates
+    counts.dropped_repetition = dict(sorted(cleaner.dropped_repetition.items()))
+    counts.pii_replaced = dict(sorted(cleaner.pii_replaced.items()))
+    counts.duplicates = deduper.exact.duplicates
+    counts.near_duplicates = deduper.minhash.removed if deduper.minhash else 0
+    counts.skipped = dict(sorted(skipped.items()))
+    counts.licences = dict(licences.most_common())
+    counts.sources = dict(sources.most_common())
 
 
 def _copy_tokenizer(src: Path, dst: Path) -> None:
@@ -119,15 +153,29 @@ def prepare(
     text_field: str = "text",
     hash_algo: str = "sha256",
     shard_tokens: int = DEFAULT_SHARD_TOKENS,
+    dedup: str = "exact",
+    repetition_filter: bool = False,
+    pii: bool = False,
     overwrite: bool = False,
 ) -> Path:
     """Prepare `source` into token shards in `out_dir` and return `out_dir`. The folder also
     gets a copy of the tokenizer as tokenizer.json.
 
     If out_dir already holds a dataset with the same cache key it is verified and reused. A
-    dataset there with another key is an error unless overwrite=True.
+    dataset there with another key, or a non-empty folder that is not an ats-data dataset, is an
+    error unless overwrite=True.
     """
-    config = PrepareConfig(val_fraction, min_chars, max_chars, text_field, hash_algo, shard_tokens)
+    config = PrepareConfig(
+        val_fraction,
+        min_chars,
+        max_chars,
+        text_field,
+        hash_algo,
+        shard_tokens,
+        dedup,
+        repetition_filter,
+        pii,
+    )
     check_workers(workers)
     src = source if isinstance(source, Source) else open_source(source, text_field=text_field)
     tokenizer_path = Path(tokenizer_path)
@@ -151,6 +199,11 @@ def prepare(
                 f"{str(old_key)[:16]}, this one {key[:16]}); choose another out dir or overwrite"
             )
         (out / INDEX_NAME).unlink()  # first, so a crash below cannot leave a stale index
+    elif out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise DataError(
+            f"out dir {out} is not empty and holds no ats-data dataset ({INDEX_NAME}); choose an "
+            "empty or new folder, or overwrite (its train-/val-NNNNN.bin files are replaced)"
+        )
     if out.exists() and not out.is_dir():
         raise DataError(f"out dir {out} exists and is not a folder")
     out.mkdir(parents=True, exist_ok=True)
@@ -162,7 +215,7 @@ def prepare(
     writers = {s: ShardWriter(out, s, dtype_name, config.shard_tokens) for s in SPLITS}
     counts = _Counts()
     try:
-        docs = _split_documents(src, config, counts)
+        docs = _split_documents(src, config, counts, workers)
         for split, tokens in tokenize_documents(docs, tokenizer_path, tok_sha, workers):
             writers[split].add(tokens)
         shards = {s: w.close() for s, w in writers.items()}
@@ -171,7 +224,9 @@ def prepare(
             raise DataError(
                 f"source {src.spec} left no training documents ({counts.documents_read} read, "
                 f"{counts.dropped_short} shorter than {config.min_chars} chars, "
-                f"{counts.dropped_long} longer than max_chars, {counts.duplicates} duplicates, "
+                f"{counts.dropped_long} longer than max_chars, "
+                f"{sum(counts.dropped_repetition.values())} repetitive, "
+                f"{counts.duplicates} duplicates, "
                 f"{num_docs['val']} in val)"
             )
         if config.val_fraction > 0 and num_docs["val"] == 0:

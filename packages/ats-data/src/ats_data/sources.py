@@ -1,7 +1,9 @@
 """Text sources: local text files, folders and globs, JSONL (one text field), Parquet and Arrow
-(pyarrow, memory-mapped), and the embedded default corpus, the Python standard library's own .py
-files. `open_source(spec)` resolves a spec string to a `Source` whose documents come out in a
-deterministic order, together with a fingerprint of its files for the prepare cache key."""
+(pyarrow, memory-mapped), the embedded default corpus (the Python standard library's own .py
+files), and the published corpus dumps of ats_data.corpora (`wikipedia:PATH`, `arxiv:PATH`,
+`stackexchange:PATH`, `gutenberg:PATH`, `pubmed:PATH`). `open_source(spec)` resolves a spec
+string to a `Source` whose documents come out in a deterministic order, together with a
+fingerprint of its files for the prepare cache key."""
 
 import glob
 import hashlib
@@ -10,6 +12,7 @@ import re
 import sys
 import sysconfig
 import tokenize
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +21,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from ats_tokenizer.inputs import check_input_file, parse_json
 
+from ats_data import corpora
+from ats_data.document import Document
 from ats_data.errors import DataError
 
 TEXT_SUFFIXES = frozenset({".txt", ".text", ".md", ".rst"})
@@ -43,14 +48,22 @@ class SourceFile:
     """One file and how to read documents out of it.
 
     kind: "text" (the whole file is one document), "paragraphs" (one document per blank-line
-    separated paragraph), "python" (whole file, decoded per PEP 263), "jsonl", "parquet", "arrow".
+    separated paragraph), "python" (whole file, decoded per PEP 263), "jsonl", "parquet",
+    "arrow", or a corpus of ats_data.corpora ("wikipedia", "pubmed", ...; `selection` holds its
+    [A,B] selection).
     """
 
     path: Path
     kind: str
     text_field: str = "text"
+    selection: tuple[str, ...] = ()
 
     def documents(self) -> Iterator[str]:
+        """The plain texts of the documents (a corpus file: see Source.documents)."""
+        if self.kind in corpora.CORPORA:
+            for doc in corpora.read_corpus(self.kind, [self.path], Counter(), self.selection):
+                yield doc.text
+            return
         if self.kind == "text":
             yield _read_utf8(self.path)
         elif self.kind == "paragraphs":
@@ -75,8 +88,27 @@ class Source:
     files: tuple[SourceFile, ...]
 
     def __iter__(self) -> Iterator[str]:
-        for source_file in self.files:
-            yield from source_file.documents()
+        for doc in self.documents(Counter()):
+            yield doc.text
+
+    def documents(self, counts: Counter, workers: int = 1) -> Iterator[Document]:
+        """Every document with its metadata, in order; what corpus readers leave out is added to
+        `counts`. Consecutive files of one corpus are read together (PubMed's updates apply
+        across files); workers > 1 lets a corpus reader convert in that many processes."""
+        i = 0
+        while i < len(self.files):
+            f = self.files[i]
+            if f.kind in corpora.CORPORA:
+                j = i
+                while j < len(self.files) and self.files[j].kind == f.kind:
+                    j += 1
+                paths = [g.path for g in self.files[i:j]]
+                yield from corpora.read_corpus(f.kind, paths, counts, f.selection, workers)
+                i = j
+                continue
+            for text in f.documents():
+                yield Document(text=text, source=f.kind)
+            i += 1
 
     def fingerprint(self) -> str:
         """sha256 over each file's kind, absolute path, size and mtime (a make-style check:
@@ -85,7 +117,14 @@ class Source:
         h.update(f"python {sys.version_info[:3]}\n".encode())
         for f in self.files:
             st = f.path.stat()
-            line = [f.kind, f.text_field, str(f.path.resolve()), st.st_size, st.st_mtime_ns]
+            line = [
+                f.kind,
+                f.text_field,
+                list(f.selection),
+                str(f.path.resolve()),
+                st.st_size,
+                st.st_mtime_ns,
+            ]
             h.update((json.dumps(line) + "\n").encode())
         return h.hexdigest()
 
@@ -100,9 +139,18 @@ def open_source(spec: str | Path, *, text_field: str = "text") -> Source:
       each text file is one document.
     - a file: .txt/.text/.md/.rst (split into paragraphs at blank lines, so that a single file
       still gives a train/val split), .py (one document, decoded per its PEP 263 cookie),
-      .jsonl/.ndjson, .parquet, .arrow/.feather/.ipc.
+      .jsonl/.ndjson, .parquet, .arrow/.feather/.ipc; a file of another type whose content is a
+      corpus dump (a MediaWiki, PubMed or Posts.xml export, the arXiv metadata snapshot) is
+      read as that corpus.
+    - "wikipedia:PATH", "arxiv[CATEGORIES]:PATH", "stackexchange[SITES]:PATH",
+      "gutenberg:PATH", "pubmed:PATH": PATH (file, folder or glob) read by that corpus reader.
     """
     spec = str(spec)
+    parsed = corpora.parse_spec(spec)
+    if parsed is not None:
+        corpus, selection, path_spec = parsed
+        found = corpora.corpus_files(corpus, path_spec, selection)
+        return Source(spec, tuple(SourceFile(p, corpus.name, "text", selection) for p in found))
     if spec == STDLIB_SPEC or spec.startswith(STDLIB_SPEC + ":"):
         return Source(spec, tuple(_stdlib_files(spec[len(STDLIB_SPEC) + 1 :])))
     if any(ch in spec for ch in "*?["):
@@ -138,6 +186,10 @@ def open_source(spec: str | Path, *, text_field: str = "text") -> Source:
 
 def _kind_for(path: Path, *, single: bool) -> str:
     suffix = path.suffix.lower()
+    if suffix not in KNOWN_SUFFIXES:
+        corpus = corpora.detect(path)
+        if corpus is not None:
+            return corpus
     if suffix in TEXT_SUFFIXES:
         return "paragraphs" if single else "text"
     if suffix in PYTHON_SUFFIXES:
@@ -149,8 +201,10 @@ def _kind_for(path: Path, *, single: bool) -> str:
     if suffix in ARROW_SUFFIXES:
         return "arrow"
     known = ", ".join(sorted(KNOWN_SUFFIXES))
+    prefixes = ", ".join(f"{name}:PATH" for name in corpora.CORPORA)
     raise DataError(
-        f"unknown source format {suffix or '(no suffix)'!r} for {path} (known: {known})"
+        f"unknown source format {suffix or '(no suffix)'!r} for {path} (known: {known}; "
+        f"or name the corpus: {prefixes})"
     )
 
 

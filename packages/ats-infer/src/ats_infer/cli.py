@@ -3,6 +3,7 @@
     ats-infer generate MODEL_DIR --prompt TEXT [--engine auto|native|torch] [--threads N] ...
     ats-infer quantize MODEL_DIR --bits 8|4 [--group-size 32|64|128] --out DIR [--force]
     ats-infer export-gguf MODEL_DIR --out FILE [--outtype f32|f16|q8_0|q4_0] [--force]
+    ats-infer serve MODEL_DIR [--host H] [--port P] [--slots N] [--api-key-file F] ... (serve extra)
 
 Bad input ends with one line on stderr and exit status 1 (argparse usage errors: 2). An existing
 non-empty --out is replaced only with --force, and never when it is (or holds) an input.
@@ -16,6 +17,7 @@ from ats_infer.engine import ENGINES, load_engine
 from ats_infer.gguf_export import OUTTYPES, export_gguf
 from ats_infer.quant_spec import GROUP_SIZES
 from ats_infer.quantize import quantize_model_dir
+from ats_infer.serve.cli_args import add_serve_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--out", required=True, help="GGUF file to write")
     export.add_argument("--outtype", choices=tuple(OUTTYPES), default="f32")
     export.add_argument("--force", action="store_true", help="replace an existing --out file")
+    add_serve_parser(commands)
     return parser
 
 
@@ -82,6 +85,12 @@ def _export_gguf(args: argparse.Namespace) -> None:
     print(f"wrote {args.outtype} GGUF {out}")
 
 
+def _serve(args: argparse.Namespace) -> None:
+    from ats_infer.serve.server import serve
+
+    serve(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler = logging.StreamHandler()  # our own choices (e.g. the engine) on stderr, no others'
@@ -89,7 +98,12 @@ def main(argv: list[str] | None = None) -> int:
     logger = logging.getLogger("ats_infer")
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
-    command = {"generate": _generate, "quantize": _quantize, "export-gguf": _export_gguf}
+    command = {
+        "generate": _generate,
+        "quantize": _quantize,
+        "export-gguf": _export_gguf,
+        "serve": _serve,
+    }
     try:
         command[args.command](args)
     except (OSError, ValueError, RuntimeError) as err:

@@ -20,6 +20,12 @@ class NativeEngine:
             raise FileNotFoundError(f"{model_dir}: no {TOKENIZER_FILE} beside the weights")
         self.tokenizer = Tokenizer.load(tokenizer_path)
         self.model = ats_native.Model(str(model_dir), threads=threads)
+        self.vocab_size: int = self.model.vocab_size
+        self.max_seq_len: int = self.model.config["max_seq_len"]
+
+    def batch(self, n_slots: int) -> ats_native.Batch:
+        """n_slots sequences of up to max_seq_len tokens for continuous batching (the server)."""
+        return ats_native.Batch(self.model, n_slots, self.max_seq_len)
 
     def generate(
         self,

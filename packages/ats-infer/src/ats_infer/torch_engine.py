@@ -9,6 +9,7 @@ from ats_tokenizer import Tokenizer
 
 from ats_infer.engine_args import check_seed, check_threads
 from ats_infer.text_stream import encode_prompt, stream_text
+from ats_infer.torch_batch import TorchBatch
 
 
 class TorchEngine:
@@ -23,6 +24,12 @@ class TorchEngine:
         self.model = load_pretrained(model_dir, device=device)
         self.model.eval()
         self.device = device
+        self.vocab_size: int = self.model.config.vocab_size
+        self.max_seq_len: int = self.model.config.max_seq_len
+
+    def batch(self, n_slots: int) -> TorchBatch:
+        """n_slots sequences of up to max_seq_len tokens for continuous batching (the server)."""
+        return TorchBatch(self.model, n_slots, self.max_seq_len, self.device)
 
     def generate(
         self,

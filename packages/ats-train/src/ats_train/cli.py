@@ -64,7 +64,7 @@ def writable_run_dir(path: Path) -> Path:
 
 
 def train(args: argparse.Namespace) -> None:
-    from ats_train.trainer import build_trainer  # torch and the model only once input is valid
+    from ats_train.build import build_trainer  # torch and the model only once input is valid
 
     config = load_config(args.config, args.overrides)
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")

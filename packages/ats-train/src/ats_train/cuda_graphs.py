@@ -30,19 +30,19 @@ import torch
 from ats_model import ModelConfig
 from torch import nn
 
+from ats_train.batch_geometry import BatchGeometry
 from ats_train.config import ConfigError, TrainConfig
 
 LossParts = tuple[torch.Tensor, dict[str, torch.Tensor], dict[str, torch.Tensor]]
 
 
 def check_cuda_graphs(
-    config: TrainConfig, model: ModelConfig, device: torch.device, world_size: int
+    config: TrainConfig, model: ModelConfig, device: torch.device, batch: BatchGeometry
 ) -> None:
     """Refuse, naming the setting, what a captured forward + backward cannot replay."""
     train = config.train
     if not train.cuda_graphs:
         return
-    per_rank = train.batch_size // world_size
     problems = {
         "train.device": (device.type == "cuda", f"is {device.type!r}; CUDA graphs need 'cuda'"),
         "parallel.backend": (
@@ -50,7 +50,7 @@ def check_cuda_graphs(
             f"is {config.parallel.backend!r}; graphs are captured for 'single' only",
         ),
         "train.micro_batch_size": (
-            train.micro_batch_size in (None, per_rank),
+            batch.accumulation == 1,
             f"= {train.micro_batch_size} accumulates gradients; replayed gradient buffers are "
             "reused, so graphs need one micro-batch per step",
         ),

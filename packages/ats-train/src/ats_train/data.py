@@ -16,11 +16,13 @@ from pathlib import Path
 
 from ats_data import ShardDataset, prepare
 from ats_data.errors import DataError
+from ats_data.loader import TokenLoader
 from ats_data.shards import INDEX_NAME
 from ats_data.sources import Source, open_source
 from ats_tokenizer import Tokenizer
 
-from ats_train.config import DataSection
+from ats_train.batch_geometry import BatchGeometry
+from ats_train.config import DataSection, TrainConfig
 
 TOKENIZER_FILE = "tokenizer.json"
 
@@ -114,3 +116,20 @@ def build_data(data: DataSection) -> TrainData:
         f"val tokens, vocab {dataset.vocab_size} ({tokenizer_path})"
     )
     return TrainData(dataset, tokenizer, tokenizer_path, shard_dir, note)
+
+
+def build_loader(
+    config: TrainConfig, data: TrainData, split: str, batch: BatchGeometry, rank: int
+) -> TokenLoader:
+    """This rank's loader of `split`: batch.per_rank windows per step, its share of each global
+    batch (train.seed orders the windows the same on every world size)."""
+    return TokenLoader(
+        data.dataset,
+        split,
+        batch.per_rank,
+        config.train.seq_len,
+        seed=config.train.seed,
+        rank=rank,
+        world_size=batch.world_size,
+        mode=config.data.mode,
+    )

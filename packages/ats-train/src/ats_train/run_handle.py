@@ -16,13 +16,15 @@ from ats_data.loader import TokenLoader
 from ats_model import flops_per_token
 from torch import nn
 
+from ats_train.batch_geometry import BatchGeometry
 from ats_train.checkpoint import latest_checkpoint
 from ats_train.expert_surgery import prune_experts, split_experts
 from ats_train.orchestrator import changes
 
 if TYPE_CHECKING:
     from ats_train.backends import Backend
-    from ats_train.trainer import StepOutput, Trainer
+    from ats_train.overlap import DeviceSums
+    from ats_train.trainer import Trainer
 
 
 class TrainerRunHandle:
@@ -47,12 +49,8 @@ class TrainerRunHandle:
         return self._trainer.backend
 
     @property
-    def micro_batch_size(self) -> int:
-        return self._trainer.micro_batch_size
-
-    @property
-    def per_rank_batch(self) -> int:
-        return self._trainer.config.train.batch_size // self._trainer.backend.world_size
+    def batch(self) -> BatchGeometry:
+        return self._trainer.batch
 
     @property
     def flops_per_token(self) -> float:
@@ -68,7 +66,7 @@ class TrainerRunHandle:
     def latest_checkpoint(self) -> Path | None:
         return latest_checkpoint(self._trainer.run_dir)
 
-    def forward_backward(self, x: torch.Tensor, y: torch.Tensor) -> StepOutput:
+    def forward_backward(self, x: torch.Tensor, y: torch.Tensor) -> DeviceSums:
         return self._trainer.forward_backward(x, y)
 
     def release_failed_step(self) -> None:
@@ -111,10 +109,12 @@ class TrainerRunHandle:
                 split_experts(t.raw_model, t.optimizer, list(experts), noise_std)
                 self._structure_changed()
             case changes.SplitMicroBatch(size):
+                t.batch = t.batch.with_micro_batch(size)
                 self._replace("train", micro_batch_size=size)
             case changes.SetBatchSize(batch_size, micro):
+                t.batch = BatchGeometry.of(batch_size, t.batch.world_size, micro)
                 self._replace("train", batch_size=batch_size, micro_batch_size=micro)
-                t.train_loader = _continued(t.train_loader, batch_size // t.backend.world_size)
+                t.train_loader = _continued(t.train_loader, t.batch.per_rank)
             case changes.SetCadence(eval_every, checkpoint_every):
                 self._replace("train", eval_every=eval_every)
                 self._replace("checkpoint", every=checkpoint_every)

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from ats_train.backends.process_group import exit_rank
+from ats_train.build import build_trainer
 from ats_train.config import load_config
-from ats_train.trainer import build_trainer
 
 
 def main(run_dir: str, out_json: str, overrides: list[str]) -> None:

@@ -13,7 +13,7 @@ import sys
 
 import torch
 from ats_train.backends.process_group import exit_rank
-from ats_train.parallelize import apply_activation_checkpointing
+from ats_train.training_wrappers import apply_activation_checkpointing
 from fsdp2_cpu_setup import cpu_fsdp2
 from torch.distributed.tensor import DTensor
 

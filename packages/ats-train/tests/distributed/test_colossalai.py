@@ -93,8 +93,8 @@ def test_missing_colossalai_names_the_isolated_env() -> None:
         build_backend(parallel, cpu, build_precision("fp32", cpu))
 
 
-def test_gemini_is_refused_by_config_validation() -> None:
-    with pytest.raises(ConfigError, match="colossalai_plugin = 'gemini' is not implemented yet"):
+def test_only_low_level_zero_is_a_plugin() -> None:
+    with pytest.raises(ConfigError, match="colossalai_plugin = 'gemini' is not one of low_level_zero"):
         ParallelSection(backend="colossalai", colossalai_plugin="gemini")
 
 

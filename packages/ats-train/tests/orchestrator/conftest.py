@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from ats_train.build import build_trainer
 from ats_train.config import load_config
 from ats_train.orchestrator.decisions import read_decisions
 from ats_train.orchestrator.settings import OrchestratorSection
-from ats_train.trainer import Trainer, build_trainer
+from ats_train.trainer import Trainer
 
 STEPS = 30
 KIND_NAMES = tuple(OrchestratorSection().kinds())

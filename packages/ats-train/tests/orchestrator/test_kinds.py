@@ -99,7 +99,7 @@ def test_oom_recovery_keeps_the_global_batch(run, clean_run, only) -> None:
     assert d["step"] == 5
     assert d["change"] == {"train.micro_batch_size": [2, 1], "accumulation": [2, 4]}
     train = r.trainer.config.train
-    assert (train.batch_size, train.micro_batch_size, r.trainer.micro_batch_size) == (4, 1, 1)
+    assert (train.batch_size, train.micro_batch_size, r.trainer.batch.micro_batch) == (4, 1, 1)
     assert [x["step"] for x in r.train_records] == list(range(1, STEPS + 1))  # step 5 retried
     assert_close_to_clean(r, clean_run)
 
@@ -235,7 +235,7 @@ def test_batch_ramp_doubles_the_global_batch(run, clean_run, only) -> None:
     (d,) = r.fired("batch_ramp")
     assert d["change"] == {"train.batch_size": [4, 8], "accumulation": [2, 4]}
     t = r.trainer
-    assert (t.config.train.batch_size, t.micro_batch_size, t.train_loader.batch_size) == (8, 2, 8)
+    assert (t.config.train.batch_size, t.batch.micro_batch, t.train_loader.batch_size) == (8, 2, 8)
     x, _ = next(t.train_loader)
     assert x.shape == (8, 32)
     assert_close_to_clean(r, clean_run, margin=1.5)  # the injected plateau stalls learning

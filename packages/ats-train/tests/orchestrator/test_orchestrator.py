@@ -5,6 +5,7 @@ import shutil
 
 import pytest
 import torch
+from ats_train.batch_geometry import BatchGeometry
 from ats_train.checkpoint import LATEST, checkpoints_dir
 from ats_train.config import load_config
 from ats_train.orchestrator import base, changes
@@ -159,7 +160,9 @@ def test_run_changes_replace_the_config_and_leave_the_old_one_whole(clean_run) -
         now = trainer.config
         assert (now.optim.grad_clip, now.loss.moe_lb_weight) == (0.25, 0.5)
         assert (now.train.eval_every, now.checkpoint.every, now.train.micro_batch_size) == (3, 7, 1)
-        assert handle.setting("optim.grad_clip") == 0.25 and handle.micro_batch_size == 1
+        assert handle.setting("optim.grad_clip") == 0.25
+        # the step's split follows: micro-batches of 1, the global batch unchanged
+        assert handle.batch == BatchGeometry.of(now.train.batch_size, 1, 1)
         assert trainer.aux_weights()["moe_lb"] == 0.5  # what the next forward_backward weighs by
         assert before.optim.grad_clip != 0.25 and before.train.eval_every == 10
         assert before.loss.moe_lb_weight != 0.5 and before.train.micro_batch_size == 2

@@ -4,9 +4,9 @@ import math
 
 import pytest
 from ats_model import count_params, flops_per_token, presets
+from ats_train.build import build_trainer
 from ats_train.cli import main
 from ats_train.config import load_config
-from ats_train.trainer import build_trainer
 
 
 def test_plan_cli_prints_the_compute_optimal_plan(capsys) -> None:

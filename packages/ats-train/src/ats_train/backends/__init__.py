@@ -8,11 +8,14 @@ ddp, fsdp2, deepspeed and colossalai run under torchrun (deepspeed also under it
 
 from __future__ import annotations
 
+import typing
+
 import torch
 
 from ats_train.backends.base import Backend
 from ats_train.backends.single import SingleBackend
-from ats_train.config import BACKENDS_IMPLEMENTED, ParallelSection, TrainConfig
+from ats_train.config import ParallelSection, TrainConfig
+from ats_train.config.choices import BackendName
 from ats_train.precision import Precision
 
 
@@ -55,7 +58,7 @@ def build_backend(
 
         return ColossalAIBackend(device, precision, parallel.colossalai_plugin)
     raise ValueError(  # unreachable through ParallelSection, which validates the name first
-        f"parallel.backend = {parallel.backend!r} is not one of {', '.join(BACKENDS_IMPLEMENTED)}"
+        f"parallel.backend = {parallel.backend!r} is not one of {', '.join(typing.get_args(BackendName))}"
     )
 
 

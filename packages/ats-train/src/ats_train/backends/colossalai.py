@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import typing
 from pathlib import Path
 
 import torch
@@ -23,7 +24,8 @@ from ats_train.backends.process_group import (
     leave_process_group,
 )
 from ats_train.checkpoint import CheckpointError
-from ats_train.config import COLOSSALAI_PLUGINS, ConfigError
+from ats_train.config import ConfigError
+from ats_train.config.choices import ColossalAIPlugin
 from ats_train.model_state import read_model_state
 from ats_train.precision import Precision
 
@@ -46,10 +48,10 @@ class ColossalAIBackend:
     name = "colossalai"
 
     def __init__(self, device: torch.device, precision: Precision, plugin: str) -> None:
-        if plugin not in COLOSSALAI_PLUGINS:  # gemini: see config.COLOSSALAI_PLUGINS_PLANNED
+        if plugin not in typing.get_args(ColossalAIPlugin):
             raise ConfigError(
                 f"parallel.colossalai_plugin = {plugin!r} is not one of "
-                f"{', '.join(COLOSSALAI_PLUGINS)}"
+                f"{', '.join(typing.get_args(ColossalAIPlugin))}"
             )
         if device.type != "cuda":
             # ColossalAI 0.5.0 refuses the CPU: LowLevelZeroOptimizer._sanity_checks asserts a

@@ -18,8 +18,8 @@ from typing import Any
 
 from torch import nn
 
+from ats_train.batch_geometry import BatchGeometry
 from ats_train.config import ConfigError, ParallelSection, TrainConfig
-from ats_train.trainer import micro_batch_size  # the trainer owns the micro-batch rule
 
 # ATS logs its own metrics; DeepSpeed's progress line every N steps would only repeat them.
 NEVER_PRINT = 2**31 - 1
@@ -27,11 +27,11 @@ NEVER_PRINT = 2**31 - 1
 
 def batch_keys(config: TrainConfig, world_size: int) -> dict[str, int]:
     train = config.train
-    micro = micro_batch_size(train, world_size)
+    batch = BatchGeometry.of(train.batch_size, world_size, train.micro_batch_size)
     return {
-        "train_batch_size": train.batch_size,
-        "train_micro_batch_size_per_gpu": micro,
-        "gradient_accumulation_steps": train.batch_size // world_size // micro,
+        "train_batch_size": batch.global_batch,
+        "train_micro_batch_size_per_gpu": batch.micro_batch,
+        "gradient_accumulation_steps": batch.accumulation,
     }
 
 

@@ -1,5 +1,5 @@
 """TrainConfig [faults]: conditions injected into a real run (faults/inject.py), all off by
-default. No torch here: config.py imports this module before any input is validated."""
+default. No torch here: the config package imports this module before any input is validated."""
 
 from __future__ import annotations
 

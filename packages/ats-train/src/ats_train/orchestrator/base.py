@@ -10,14 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from ats_train.orchestrator.settings import KindSettings
 from ats_train.orchestrator.signals import Signals, compute_signals
 
 if TYPE_CHECKING:
     from ats_train.orchestrator.handle import RunHandle
-    from ats_train.orchestrator.orchestrator import Orchestrator
 
 
 @dataclass
@@ -57,6 +56,22 @@ def below(value: float, threshold: float) -> float:
 Change = dict[str, list[Any]]  # "what" -> [before, after]
 
 
+class OrchestratorState(Protocol):
+    """What a kind reads and sets of the Orchestrator that asks it (orchestrator.py)."""
+
+    lr_scale: float  # multiplies the schedule's lr
+    stop_requested: bool
+    settings: dict[str, Any]  # dotted config key -> value it was changed to
+    eval_means: list[float]  # window-mean train loss at each evaluation
+    flops_per_token: float
+
+    def reset_window(self) -> None: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any], rewrite_log: bool = True) -> None: ...
+
+
 class Intervention:
     """Base class. Subclasses set `name` (the [orchestrator.<name>] table) and implement check/apply.
 
@@ -70,8 +85,8 @@ class Intervention:
     def __init__(self, settings: KindSettings) -> None:
         self.settings = settings
 
-    def check(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Trigger | None:
+    def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
         raise NotImplementedError
 
-    def apply(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Change:
+    def apply(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Change:
         raise NotImplementedError

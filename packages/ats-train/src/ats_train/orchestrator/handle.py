@@ -7,16 +7,23 @@ this package never imports the trainer.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from torch import nn
 
 from ats_train.orchestrator.changes import RunChange
 
+if TYPE_CHECKING:
+    from ats_train.batch_geometry import BatchGeometry
+
 
 class StepLoss(Protocol):
     loss: float  # the step's mean LM loss over ranks
+
+
+class StepSums(Protocol):
+    """A step's loss sums, still on the device: the orchestrator hands them back unread."""
 
 
 class Collectives(Protocol):
@@ -42,10 +49,7 @@ class RunHandle(Protocol):
     def collectives(self) -> Collectives: ...
 
     @property
-    def micro_batch_size(self) -> int: ...
-
-    @property
-    def per_rank_batch(self) -> int: ...
+    def batch(self) -> BatchGeometry: ...  # global batch, per-rank batch, micro-batch, accumulation
 
     @property
     def flops_per_token(self) -> float: ...
@@ -60,7 +64,7 @@ class RunHandle(Protocol):
 
     def latest_checkpoint(self) -> Path | None: ...
 
-    def forward_backward(self, x: torch.Tensor, y: torch.Tensor) -> StepLoss: ...
+    def forward_backward(self, x: torch.Tensor, y: torch.Tensor) -> StepSums: ...
 
     def release_failed_step(self) -> None:
         """After an out-of-memory step: drop its gradients and cached blocks before the retry."""

@@ -31,7 +31,7 @@ from ats_train.orchestrator.settings import OrchestratorSection
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ats_train.orchestrator.handle import Collectives, RunHandle, StepLoss
+    from ats_train.orchestrator.handle import Collectives, RunHandle, StepLoss, StepSums
 
 
 def _local(param: torch.Tensor) -> torch.Tensor:
@@ -103,7 +103,7 @@ class Orchestrator:
     def lr(self, base: float) -> float:
         return base * self.lr_scale
 
-    def forward_backward(self, run: RunHandle, x: torch.Tensor, y: torch.Tensor) -> StepLoss:
+    def forward_backward(self, run: RunHandle, x: torch.Tensor, y: torch.Tensor) -> StepSums:
         while True:
             try:
                 return run.forward_backward(x, y)

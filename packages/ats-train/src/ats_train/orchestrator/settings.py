@@ -1,6 +1,6 @@
 """TrainConfig's [orchestrator] section: mode, cadence, one table per intervention kind.
 
-No torch here: config.py imports this module before any input is validated.
+No torch here: the config package imports this module before any input is validated.
 """
 
 from __future__ import annotations

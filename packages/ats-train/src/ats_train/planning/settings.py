@@ -1,5 +1,5 @@
 """TrainConfig [plan]: how train.steps is chosen (sizing a run by a compute law, chinchilla.py).
-No torch here: config.py imports this module before any input is validated."""
+No torch here: the config package imports this module before any input is validated."""
 
 from __future__ import annotations
 

@@ -7,13 +7,20 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING
 
-from ats_train.orchestrator.base import Change, Evidence, Intervention, Trigger, above, below
+from ats_train.orchestrator.base import (
+    Change,
+    Evidence,
+    Intervention,
+    OrchestratorState,
+    Trigger,
+    above,
+    below,
+)
 from ats_train.orchestrator.changes import PruneExperts as PruneTo
 from ats_train.orchestrator.changes import SetLossWeight, SetMoE, SplitExperts
 
 if TYPE_CHECKING:
     from ats_train.orchestrator.handle import RunHandle
-    from ats_train.orchestrator.orchestrator import Orchestrator
 
 
 def utilization(evidence: Evidence) -> list[list[float]]:
@@ -27,7 +34,7 @@ def utilization(evidence: Evidence) -> list[list[float]]:
     ]
 
 
-def _structure_changed(run: RunHandle, orch: Orchestrator) -> None:
+def _structure_changed(run: RunHandle, orch: OrchestratorState) -> None:
     """After prune / split (the run re-wraps the new tensors and recounts its FLOPs per token, the
     router's E x C): the window restarts (its records have the old expert count), and the count
     is re-applied on resume."""
@@ -43,7 +50,7 @@ class PruneExperts(Intervention):
     name = "prune_experts"
     action = "drop the least-used expert of every MoE layer"
 
-    def check(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Trigger | None:
+    def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
         s, t = evidence.signals, self.settings.min_utilization
         if s.expert_util_min is None or s.expert_util_min >= t:
             return None
@@ -55,7 +62,7 @@ class PruneExperts(Intervention):
             below(s.expert_util_min, t),
         )
 
-    def apply(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Change:
+    def apply(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Change:
         util = utilization(evidence)
         n_drop = self.settings.experts_dropped
         keep = [sorted(sorted(range(len(u)), key=lambda e: u[e])[n_drop:]) for u in util]
@@ -74,7 +81,7 @@ class SplitExpert(Intervention):
     name = "split_expert"
     action = "split the most-used expert of every MoE layer"
 
-    def check(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Trigger | None:
+    def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
         s, t = evidence.signals, self.settings.max_utilization
         if s.expert_util_max is None or s.expert_util_max <= t:
             return None
@@ -85,7 +92,7 @@ class SplitExpert(Intervention):
             above(s.expert_util_max, t),
         )
 
-    def apply(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Change:
+    def apply(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Change:
         util = utilization(evidence)
         hot = [max(range(len(u)), key=lambda e: u[e]) for u in util]
         before = run.model.config.moe.n_experts
@@ -110,7 +117,7 @@ class CapacityFactor(Intervention):
     name = "capacity_factor"
     action = "capacity_factor x factor"
 
-    def check(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Trigger | None:
+    def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
         s, t = evidence.signals, self.settings.max_dropped
         cf = run.model.moe_layers()[0].capacity_factor if s.dropped_fraction else None
         if cf is None or s.dropped_fraction <= t or cf >= self.settings.max_capacity_factor:
@@ -119,7 +126,7 @@ class CapacityFactor(Intervention):
             f"{s.dropped_fraction:.1%} of routed slots dropped", above(s.dropped_fraction, t)
         )
 
-    def apply(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Change:
+    def apply(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Change:
         cf = run.model.moe_layers()[0].capacity_factor
         return _set_moe(
             run, "capacity_factor", min(self.settings.max_capacity_factor, cf * self.settings.scale)
@@ -133,7 +140,7 @@ class RouterTemperature(Intervention):
     name = "router_temperature"
     action = "router temperature x factor"
 
-    def check(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Trigger | None:
+    def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
         s, t = evidence.signals, self.settings.min_entropy
         temperature = (
             run.model.moe_layers()[0].temperature if s.routing_entropy is not None else None
@@ -148,7 +155,7 @@ class RouterTemperature(Intervention):
             f"router entropy {s.routing_entropy:.2f} of its maximum", below(s.routing_entropy, t)
         )
 
-    def apply(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Change:
+    def apply(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Change:
         temperature = run.model.moe_layers()[0].temperature
         return _set_moe(
             run,
@@ -165,7 +172,7 @@ class AuxLossWeights(Intervention):
     name = "aux_loss_weights"
     action = "moe_lb / moe_z loss weight x factor"
 
-    def check(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Trigger | None:
+    def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
         s, t = evidence.signals, self.settings.max_imbalance
         lb, z_weight = run.setting("loss.moe_lb_weight"), run.setting("loss.moe_z_weight")
         reasons, confidence = [], 0.0
@@ -178,7 +185,7 @@ class AuxLossWeights(Intervention):
             confidence = max(confidence, above(s.router_z, z))
         return Trigger("; ".join(reasons), confidence) if reasons else None
 
-    def apply(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Change:
+    def apply(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Change:
         s, change = evidence.signals, {}
         for attr, fired in (
             (
@@ -204,7 +211,7 @@ class BiasRate(Intervention):
     name = "bias_rate"
     action = "raise the bias-balancing rate"
 
-    def check(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Trigger | None:
+    def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
         s, t = evidence.signals, self.settings.max_imbalance
         if s.imbalance is None or s.imbalance <= t or run.setting("train.activation_checkpointing"):
             return None
@@ -212,7 +219,7 @@ class BiasRate(Intervention):
             return None
         return Trigger(f"imbalance {s.imbalance:.2f} > {t}", above(s.imbalance, t))
 
-    def apply(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Change:
+    def apply(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Change:
         rate = run.model.moe_layers()[0].bias_update_rate
         start = self.settings.start_rate
         after = start if rate == 0 else min(self.settings.max_rate, rate * self.settings.scale)

@@ -5,12 +5,18 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING
 
-from ats_train.orchestrator.base import Change, Evidence, Intervention, Trigger, below
+from ats_train.orchestrator.base import (
+    Change,
+    Evidence,
+    Intervention,
+    OrchestratorState,
+    Trigger,
+    below,
+)
 from ats_train.orchestrator.changes import SetLossWeight, SetModCapacity
 
 if TYPE_CHECKING:
     from ats_train.orchestrator.handle import RunHandle
-    from ats_train.orchestrator.orchestrator import Orchestrator
 
 
 class ModCapacity(Intervention):
@@ -22,7 +28,7 @@ class ModCapacity(Intervention):
     name = "mod_capacity"
     action = "MoD capacity one step towards target"
 
-    def check(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Trigger | None:
+    def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
         target, s = self.settings.target_capacity, evidence.signals
         layers = run.model.mod_layers()
         if target is None or not layers or abs(layers[0].capacity - target) < 1e-9:
@@ -35,7 +41,7 @@ class ModCapacity(Intervention):
             1.0,
         )
 
-    def apply(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Change:
+    def apply(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Change:
         layers = run.model.mod_layers()
         before, target, factor = (
             layers[0].capacity,
@@ -59,7 +65,7 @@ class ModCollapse(Intervention):
     name = "mod_collapse"
     action = "mod_predictor loss weight x factor"
 
-    def check(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Trigger | None:
+    def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
         layers = run.model.mod_layers()
         rows = [
             r["mod/predictor_selected"]
@@ -79,7 +85,7 @@ class ModCollapse(Intervention):
             below(kept, floor),
         )
 
-    def apply(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Change:
+    def apply(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Change:
         before = run.setting("loss.mod_predictor_weight")
         after = min(self.settings.max_weight, max(before, 1e-3) * self.settings.scale)
         run.apply(SetLossWeight("mod_predictor_weight", after))

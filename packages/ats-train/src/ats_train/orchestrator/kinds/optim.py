@@ -8,12 +8,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ats_train.orchestrator.base import Change, Evidence, Intervention, Trigger, above
+from ats_train.orchestrator.base import (
+    Change,
+    Evidence,
+    Intervention,
+    OrchestratorState,
+    Trigger,
+    above,
+)
 from ats_train.orchestrator.changes import SetGradClip, SetWeightDecay
 
 if TYPE_CHECKING:
     from ats_train.orchestrator.handle import RunHandle
-    from ats_train.orchestrator.orchestrator import Orchestrator
 
 
 class LRCut(Intervention):
@@ -24,14 +30,14 @@ class LRCut(Intervention):
     name = "lr_cut"
     action = "lr_scale x factor"
 
-    def check(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Trigger | None:
+    def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
         s, t = evidence.signals, self.settings.rise
         rise = max(s.loss_rise or 0.0, s.val_rel_change or 0.0)
         if rise <= t or orch.lr_scale <= self.settings.min_lr_scale:
             return None
         return Trigger(f"loss rose {rise:.1%} (> {t:.0%}): diverging", above(rise, t))
 
-    def apply(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Change:
+    def apply(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Change:
         before = orch.lr_scale
         orch.lr_scale = max(self.settings.min_lr_scale, before * self.settings.scale)
         return {"lr_scale": [before, orch.lr_scale]}
@@ -45,7 +51,7 @@ class LRRewarm(Intervention):
     name = "lr_rewarm"
     action = "lr_scale x factor"
 
-    def check(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Trigger | None:
+    def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
         s, t = evidence.signals, self.settings.plateau
         if s.loss_rel_change is None or s.lr is None:
             return None
@@ -58,7 +64,7 @@ class LRRewarm(Intervention):
         confidence = min(1.0, 0.5 + 0.5 * (1 - abs(s.loss_rel_change) / t))
         return Trigger(f"loss moved {s.loss_rel_change:+.2%} over the window: plateau", confidence)
 
-    def apply(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Change:
+    def apply(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Change:
         before = orch.lr_scale
         orch.lr_scale = before * self.settings.scale
         return {"lr_scale": [before, orch.lr_scale]}
@@ -71,7 +77,7 @@ class GradClip(Intervention):
     name = "grad_clip"
     action = "optim.grad_clip x factor"
 
-    def check(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Trigger | None:
+    def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
         s, t = evidence.signals, self.settings.spike_ratio
         if s.grad_spike_ratio is None or s.grad_spike_ratio <= t:
             return None
@@ -83,7 +89,7 @@ class GradClip(Intervention):
             above(s.grad_spike_ratio, t),
         )
 
-    def apply(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Change:
+    def apply(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Change:
         before = run.setting("optim.grad_clip")
         base = (
             before if before > 0 else 2.0 * evidence.signals.grad_norm_median / self.settings.scale
@@ -102,7 +108,7 @@ class WeightDecay(Intervention):
     name = "weight_decay"
     action = "decayed groups' weight_decay x factor"
 
-    def check(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Trigger | None:
+    def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
         s, t = evidence.signals, self.settings.norm_growth
         if s.param_norm_growth is None or s.param_norm_growth <= t:
             return None
@@ -114,7 +120,7 @@ class WeightDecay(Intervention):
             above(s.param_norm_growth, t),
         )
 
-    def apply(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Change:
+    def apply(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Change:
         change = {}
         for i, before in enumerate(run.weight_decays()):
             if before > 0:

@@ -6,14 +6,20 @@ import math
 from typing import TYPE_CHECKING
 
 from ats_train.checkpoint import checkpoint_step
-from ats_train.orchestrator.base import Change, Evidence, Intervention, Trigger, above
+from ats_train.orchestrator.base import (
+    Change,
+    Evidence,
+    Intervention,
+    OrchestratorState,
+    Trigger,
+    above,
+)
 from ats_train.orchestrator.changes import Rollback as RollbackTo
 from ats_train.orchestrator.changes import SkipUpdate, SplitMicroBatch
 from ats_train.orchestrator.signals import loss_spike_ratio
 
 if TYPE_CHECKING:
     from ats_train.orchestrator.handle import RunHandle
-    from ats_train.orchestrator.orchestrator import Orchestrator
 
 
 class SkipBatch(Intervention):
@@ -25,7 +31,7 @@ class SkipBatch(Intervention):
     action = "skip this update"
     guard = True
 
-    def check(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Trigger | None:
+    def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
         ratio, t = loss_spike_ratio(evidence.records), self.settings.spike
         if ratio is None or ratio <= 1.0 + t:
             return None
@@ -34,7 +40,7 @@ class SkipBatch(Intervention):
             above(ratio - 1.0, t),
         )
 
-    def apply(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Change:
+    def apply(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Change:
         run.apply(SkipUpdate())
         return {"update": ["step", "skipped"]}
 
@@ -48,14 +54,14 @@ class Rollback(Intervention):
     action = "reload the latest checkpoint, lr_scale x factor"
     guard = True
 
-    def check(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Trigger | None:
+    def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
         record = evidence.records[-1]
         bad = [k for k in ("loss", "grad_norm") if not math.isfinite(record[k] or 0.0)]
         if not bad or run.latest_checkpoint() is None:
             return None
         return Trigger(f"non-finite {' and '.join(bad)} at step {record['step']}", 1.0)
 
-    def apply(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Change:
+    def apply(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Change:
         path = run.latest_checkpoint()
         assert path is not None  # check() found it
         before_step, before_scale = run.step, orch.lr_scale
@@ -80,19 +86,18 @@ class OOMRecovery(Intervention):
     action = "halve the micro-batch, retry the step"
     guard = True
 
-    def check(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Trigger | None:
-        micro = run.micro_batch_size
+    def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
+        micro = run.batch.micro_batch
         if micro <= 1:
             return None
         return Trigger(f"out of memory at micro-batch {micro}", 1.0)
 
-    def apply(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Change:
-        per_rank = run.per_rank_batch
-        before = run.micro_batch_size
-        after = max(d for d in range(1, before // 2 + 1) if per_rank % d == 0)
+    def apply(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Change:
+        before = run.batch
+        after = before.with_micro_batch_halved().micro_batch
         run.apply(SplitMicroBatch(after))
         orch.settings["train.micro_batch_size"] = after
         return {
-            "train.micro_batch_size": [before, after],
-            "accumulation": [per_rank // before, per_rank // after],
+            "train.micro_batch_size": [before.micro_batch, after],
+            "accumulation": [before.accumulation, run.batch.accumulation],
         }

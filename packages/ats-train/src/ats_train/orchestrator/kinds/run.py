@@ -6,13 +6,19 @@ import math
 import statistics
 from typing import TYPE_CHECKING
 
-from ats_train.orchestrator.base import Change, Evidence, Intervention, Trigger, above
+from ats_train.orchestrator.base import (
+    Change,
+    Evidence,
+    Intervention,
+    OrchestratorState,
+    Trigger,
+    above,
+)
 from ats_train.orchestrator.changes import SetBatchSize, SetCadence
 from ats_train.orchestrator.convergence import ConvergenceDetector
 
 if TYPE_CHECKING:
     from ats_train.orchestrator.handle import RunHandle
-    from ats_train.orchestrator.orchestrator import Orchestrator
 
 
 class BatchRamp(Intervention):
@@ -24,7 +30,7 @@ class BatchRamp(Intervention):
     name = "batch_ramp"
     action = "global batch x factor"
 
-    def check(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Trigger | None:
+    def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
         s, target = evidence.signals, self.settings.max_batch_size
         if target is None or run.setting("train.batch_size") * self.settings.scale > target:
             return None
@@ -32,15 +38,15 @@ class BatchRamp(Intervention):
             return None
         return Trigger(f"loss moved {s.loss_rel_change:+.2%}: gradient noise dominates", 1.0)
 
-    def apply(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Change:
-        before, micro = run.setting("train.batch_size"), run.micro_batch_size
-        after = int(before * self.settings.scale)
-        run.apply(SetBatchSize(after, micro))
-        orch.settings["train.batch_size"] = after
-        orch.settings["train.micro_batch_size"] = micro
+    def apply(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Change:
+        before = run.batch
+        after = before.with_global_batch(int(before.global_batch * self.settings.scale))
+        run.apply(SetBatchSize(after.global_batch, after.micro_batch))
+        orch.settings["train.batch_size"] = after.global_batch
+        orch.settings["train.micro_batch_size"] = after.micro_batch
         return {
-            "train.batch_size": [before, after],
-            "accumulation": [before // micro, after // micro],
+            "train.batch_size": [before.global_batch, after.global_batch],
+            "accumulation": [before.accumulation, after.accumulation],
         }
 
 
@@ -72,7 +78,7 @@ class EvalCkptFrequency(Intervention):
     name = "eval_ckpt_frequency"
     action = "eval and checkpoint intervals x factor"
 
-    def check(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Trigger | None:
+    def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
         events = instability_events(evidence.records)
         if events < self.settings.events:
             return None
@@ -84,7 +90,7 @@ class EvalCkptFrequency(Intervention):
             f"{events} instability events in the window", above(events, self.settings.events)
         )
 
-    def apply(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Change:
+    def apply(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Change:
         floor, change, after = max(1, self.settings.min_interval), {}, {}
         for key in ("train.eval_every", "checkpoint.every"):
             before = after[key] = run.setting(key)
@@ -104,7 +110,7 @@ class EarlyStop(Intervention):
     name = "early_stop"
     action = "stop the run after this step"
 
-    def check(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Trigger | None:
+    def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
         detector = ConvergenceDetector(self.settings.min_delta, self.settings.patience)
         if not detector.converged(orch.eval_means):
             return None
@@ -115,6 +121,6 @@ class EarlyStop(Intervention):
             1.0,
         )
 
-    def apply(self, evidence: Evidence, run: RunHandle, orch: Orchestrator) -> Change:
+    def apply(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Change:
         orch.stop_requested = True
         return {"stop": [False, True], "train.steps": [run.setting("train.steps"), run.step]}

@@ -4,7 +4,7 @@ import pytest
 import torch
 from ats_model import ForwardOptions, build_model, presets
 from ats_train.config import TrainSection
-from ats_train.parallelize import parallelize
+from ats_train.training_wrappers import apply_training_wrappers
 
 
 def _model(preset: str = "tiny-hybrid") -> torch.nn.Module:
@@ -26,7 +26,7 @@ def test_activation_checkpointing_keeps_loss_grads_and_names() -> None:
     loss, grads = _loss_and_grads(_model())
     model = _model()
     names = list(model.state_dict())
-    parallelize(model, TrainSection(activation_checkpointing=True))
+    apply_training_wrappers(model, TrainSection(activation_checkpointing=True))
     assert list(model.state_dict()) == names
     ac_loss, ac_grads = _loss_and_grads(model)
     torch.testing.assert_close(ac_loss, loss, rtol=0, atol=0)
@@ -38,7 +38,7 @@ def test_activation_checkpointing_refuses_bias_balancing() -> None:
     model = _model()
     model.moe_layers()[0].bias_update_rate = 0.01
     with pytest.raises(ValueError, match="bias_update_rate = 0.01"):
-        parallelize(model, TrainSection(activation_checkpointing=True))
+        apply_training_wrappers(model, TrainSection(activation_checkpointing=True))
 
 
 @pytest.mark.gpu
@@ -48,7 +48,7 @@ def test_compile_matches_eager_on_cuda(preset: str) -> None:
     loss, grads = _loss_and_grads(_model(preset).cuda())
     model = _model(preset).cuda()
     names = list(model.state_dict())
-    parallelize(model, TrainSection(compile=True))
+    apply_training_wrappers(model, TrainSection(compile=True))
     assert list(model.state_dict()) == names
     compiled_loss, compiled_grads = _loss_and_grads(model)
     torch.testing.assert_close(compiled_loss, loss, rtol=1e-10, atol=1e-12)
@@ -59,7 +59,7 @@ def test_compile_matches_eager_on_cuda(preset: str) -> None:
 @pytest.mark.parametrize(("stream", "want"), [("fp32", False), ("autocast", True)])
 def test_residual_stream_sets_the_models_autocast_residual(stream: str, want: bool) -> None:
     model = _model()
-    parallelize(model, TrainSection(precision="bf16", residual_stream=stream))
+    apply_training_wrappers(model, TrainSection(precision="bf16", residual_stream=stream))
     assert model.options.autocast_residual is want
 
 
@@ -70,7 +70,7 @@ def test_fused_loss_and_projections_reach_the_model(on: bool) -> None:
     plain path)."""
     model = _model()
     assert model.options == ForwardOptions()
-    parallelize(model, TrainSection(fused_loss=on, fused_loss_rows=7, fused_projections=on))
+    apply_training_wrappers(model, TrainSection(fused_loss=on, fused_loss_rows=7, fused_projections=on))
     assert model.options.fused_loss is on and model.options.fused_loss_rows == 7
     flags = [m.fused for m in model.modules() if hasattr(m, "fused")]
     assert flags and all(f is on for f in flags)

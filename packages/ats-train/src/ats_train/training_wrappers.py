@@ -62,7 +62,7 @@ def apply_compile(model: nn.Module) -> None:
                 module.compile()
 
 
-def parallelize(model: nn.Module, train: TrainSection) -> nn.Module:
+def apply_training_wrappers(model: nn.Module, train: TrainSection) -> nn.Module:
     model.set_forward_options(
         ForwardOptions(
             autocast_residual=train.residual_stream == "autocast",

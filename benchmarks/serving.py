@@ -1,0 +1,183 @@
+"""Serving benchmark (issue 23): `ats-infer serve` (continuous batching) against llama-cpp-python's
+OpenAI server (`llama_cpp.server`, one request at a time) on the GGUF export of the same weights,
+same threads, driven by one streaming client at concurrency 1, 4 and 8.
+
+Per (server, model, precision, concurrency): aggregate generated tokens/s (all completion tokens /
+wall time of the run), p50/p99 time to first token and p50/p99 inter-token latency (gaps between
+streamed chunks), over --requests requests of --max-tokens tokens each (greedy, prompts of ~60
+tokens). The reference line "generate" is `ats_native.Model.generate`'s decode tokens/s in-process
+(the ceiling of one request at a time).
+
+Models come from benchmarks/native.py (random-init weights, cached under --cache): dense-254m,
+moe-879m, plus "small" (dim 256, 4 layers, vocab 32000) for a quick run on a loaded machine.
+Precisions: int8 (llama.cpp Q8_0) and int4 (Q4_0). llama.cpp runs from --llama-python (a venv with
+`llama-cpp-python[server]`), skipped with --no-llama-cpp.
+
+Prints one JSON line per measurement: {"name", "server", "model", "precision", "concurrency",
+"tok_s", "ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s", "requests", "tokens", "hardware"}.
+Run: uv run --no-sync python benchmarks/serving.py --models small --precisions int8
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+import native as native_bench  # noqa: E402  (benchmarks/ is not a package)
+
+THREADS = native_bench.THREADS
+SMALL = dict(vocab_size=32000, max_seq_len=2048, rope_theta=10000.0, tie_embeddings=False,
+             family="dense", dim=256, n_layer=4, n_head=4, n_kv_head=2, ffn_dim=704)  # fmt: skip
+PROMPTS = [f"def handler_{i}(request, response):\n    " + "value = request.get(key)\n" * 4
+           for i in range(64)]  # fmt: skip
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(cmd: list[str], port: int, log: Path) -> subprocess.Popen:
+    proc = subprocess.Popen(cmd, stdout=open(log, "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{cmd[:4]} exited:\n{log.read_text()[-2000:]}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=1).status_code == 200:
+                return proc
+        except httpx.TransportError:
+            pass
+        time.sleep(0.5)
+    proc.kill()
+    raise RuntimeError(f"{cmd[:4]} did not start in 600 s")
+
+
+async def one_request(client: httpx.AsyncClient, url: str, prompt: str, max_tokens: int) -> dict:
+    body = {"model": "bench", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+            "stream": True}  # fmt: skip
+    start = time.perf_counter()
+    stamps = []
+    async with client.stream("POST", f"{url}/v1/completions", json=body) as r:
+        r.raise_for_status()
+        async for line in r.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if chunk["choices"]:  # one chunk per token on both servers; its text may be ""
+                stamps.append(time.perf_counter())
+    return {"ttft": stamps[0] - start if stamps else float("nan"),
+            "itl": np.diff(stamps).tolist(), "tokens": len(stamps)}  # fmt: skip
+
+
+async def drive(url: str, concurrency: int, n: int, max_tokens: int) -> dict:
+    queue = list(range(n))
+    results: list[dict] = []
+
+    async def worker(client: httpx.AsyncClient) -> None:
+        while queue:
+            i = queue.pop()
+            results.append(await one_request(client, url, PROMPTS[i % len(PROMPTS)], max_tokens))
+
+    async with httpx.AsyncClient(timeout=3600) as client:
+        await one_request(client, url, PROMPTS[0], 4)  # warm-up
+        start = time.perf_counter()
+        await asyncio.gather(*(worker(client) for _ in range(concurrency)))
+        wall = time.perf_counter() - start
+    ttft = [r["ttft"] for r in results]
+    itl = [g for r in results for g in r["itl"]]
+    tokens = sum(r["tokens"] for r in results)
+    return {"tok_s": tokens / wall, "ttft_p50_s": float(np.percentile(ttft, 50)),
+            "ttft_p99_s": float(np.percentile(ttft, 99)), "itl_p50_s": float(np.percentile(itl, 50)),
+            "itl_p99_s": float(np.percentile(itl, 99)), "requests": n, "tokens": tokens}  # fmt: skip
+
+
+def generate_rate(model_dir: Path, max_tokens: int) -> float:
+    """Decode tokens/s of ats_native.Model.generate, one prompt, in-process."""
+    import ats_native
+    from ats_tokenizer import Tokenizer
+
+    model = ats_native.Model(str(model_dir), threads=THREADS)
+    ids = Tokenizer.load(model_dir / "tokenizer.json").encode(PROMPTS[0])
+    best = 0.0
+    for _ in range(2):
+        tokens = model.generate(ids, max_tokens)
+        next(tokens)  # prefill + first token
+        start = time.perf_counter()
+        n = sum(1 for _ in tokens)
+        best = max(best, n / (time.perf_counter() - start))
+    return best
+
+
+def servers(paths: dict, args: argparse.Namespace, port: int) -> dict[str, list[str]]:
+    ats = [sys.executable, "-m", "ats_infer.cli", "serve", str(paths["ats"]), "--port", str(port),
+           "--threads", str(THREADS), "--slots", "8", "--model-name", "bench"]  # fmt: skip
+    out = {"ats-infer": ats}
+    if args.llama_python is not None:
+        out["llama-cpp-python"] = [
+            str(args.llama_python), "-m", "llama_cpp.server", "--model", str(paths["gguf"]),
+            "--port", str(port), "--n_threads", str(THREADS), "--n_threads_batch", str(THREADS),
+            "--n_ctx", "2048", "--model_alias", "bench",
+        ]  # fmt: skip
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--models", nargs="+", choices=("small", "dense", "moe"), default=["dense", "moe"]
+    )
+    parser.add_argument(
+        "--precisions", nargs="+", choices=("int8", "int4"), default=["int8", "int4"]
+    )
+    parser.add_argument("--concurrency", nargs="+", type=int, default=[1, 4, 8])
+    parser.add_argument("--requests", type=int, default=16, help="requests per concurrency level")
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "ats-bench")
+    parser.add_argument("--llama-python", type=Path, default=None,
+                        help="python of a venv with llama-cpp-python[server]")  # fmt: skip
+    parser.add_argument("--no-llama-cpp", action="store_true")
+    args = parser.parse_args()
+    if args.no_llama_cpp:
+        args.llama_python = None
+    elif args.llama_python is None:
+        parser.error("--llama-python PATH or --no-llama-cpp")
+    configs = {"small": ("small-dense", SMALL)}
+    configs |= {n.split("-")[0]: (n, f) for n, f in native_bench.model_configs().items()}
+    hw = native_bench.hardware()
+    for name, fields in (configs[m] for m in args.models):
+        prepared = native_bench.prepare(args.cache, name, fields)
+        for precision in args.precisions:
+            paths = prepared[precision]
+            row = {"model": name, "precision": precision, "hardware": hw}
+            rate = generate_rate(paths["ats"], args.max_tokens)
+            print(json.dumps({"name": f"serving/{name}/{precision}/generate", **row,
+                              "server": "ats generate", "concurrency": 1, "tok_s": rate}), flush=True)  # fmt: skip
+            for server, cmd in servers(paths, args, port := free_port()).items():
+                log = args.cache / f"serving-{server}.log"
+                proc = start(cmd, port, log)
+                try:
+                    for c in args.concurrency:
+                        stats = asyncio.run(
+                            drive(f"http://127.0.0.1:{port}", c, args.requests, args.max_tokens)
+                        )
+                        print(json.dumps({"name": f"serving/{name}/{precision}/{server}/c{c}", **row,
+                                          "server": server, "concurrency": c, **stats}), flush=True)  # fmt: skip
+                finally:
+                    proc.terminate()
+                    proc.wait(timeout=120)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()
