@@ -3,7 +3,7 @@ one model built twice, kernels="reference" and kernels="triton", same weights an
 JSON {loss, triton_loss, max_grad_rel_err}. argv: PRESET DEVICE MODE, MODE "fp32" (no autocast)
 or "bf16-stream" (bf16 autocast with the residual stream in bf16: the norms write bf16, the fused
 residual add runs on a bf16 stream). The Triton model fuses its head into the loss
-(Transformer.fused_loss, in chunks of 24 of the 64 rows) and its q|k|v and gate|up projections
+(ForwardOptions.fused_loss, in chunks of 24 of the 64 rows) and its q|k|v and gate|up projections
 (rope_qkv, swiglu_packed) against the reference's plain ones."""
 
 import contextlib
@@ -11,11 +11,10 @@ import json
 import sys
 
 import torch
-from ats_model import build_model, presets
+from ats_model import ForwardOptions, build_model, presets
 
 
 def loss_and_grads(model: torch.nn.Module, x: torch.Tensor, mode: str) -> tuple[float, dict]:
-    model.autocast_residual = mode == "bf16-stream"
     autocast = (
         torch.autocast(x.device.type, dtype=torch.bfloat16)
         if mode == "bf16-stream"
@@ -34,7 +33,11 @@ def main(preset: str, device: str, mode: str) -> None:
     reference = build_model(config, device=torch.device(device), kernels="reference")
     fast = build_model(config, device=torch.device(device), kernels="triton")
     fast.load_state_dict(reference.state_dict())
-    fast.fused_loss, fast.fused_loss_rows = True, 24
+    stream = mode == "bf16-stream"
+    reference.set_forward_options(ForwardOptions(autocast_residual=stream))
+    fast.set_forward_options(
+        ForwardOptions(autocast_residual=stream, fused_loss=True, fused_loss_rows=24)
+    )
     fast.fuse_projections(True)
     x = torch.randint(0, config.vocab_size, (2, 32), generator=torch.Generator().manual_seed(1))
     x = x.to(device)

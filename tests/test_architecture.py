@@ -109,6 +109,190 @@ def test_declared_dependencies_follow_the_dependency_direction() -> None:
         assert package in ALLOWED, f"{pyproject}: unknown package {package}"
 
 
+def _sources(pattern: str) -> list[Path]:
+    return sorted(ROOT.glob(pattern))
+
+
+# ats_model's names for what only a training backend needs (ZeRO-3's hooks and gathers)
+TRAINING_NAMES = {
+    "external_parameters",
+    "register_external_parameter",
+    "GatheredParameters",
+    "gathered",
+    "deepspeed",
+    "zero3",
+}
+
+
+def training_names(path: Path) -> set[str]:
+    """Identifiers in `path` (names, attributes, functions, arguments) from TRAINING_NAMES."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        name = None
+        if isinstance(node, ast.Name):
+            name = node.id
+        elif isinstance(node, ast.Attribute):
+            name = node.attr
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            name = node.name
+        elif isinstance(node, ast.arg):
+            name = node.arg
+        if name is not None and name.lower() in TRAINING_NAMES:
+            found.add(name)
+    return found
+
+
+def test_ats_model_holds_no_training_backend_hooks() -> None:
+    """What ZeRO-3 needs (external parameters, gathered init) is the DeepSpeed backend's."""
+    problems = [
+        f"{path.relative_to(ROOT)}: {sorted(names)}"
+        for path in package_sources()["ats_model"]
+        if (names := training_names(path))
+    ]
+    assert not problems, "\n".join(problems)
+
+
+MODEL_NAMES = {"model", "raw_model"}
+
+
+def model_attribute_writes(path: Path) -> list[str]:
+    """`model.x = ...` / `self.raw_model.x += ...` / setattr(model, ...) in `path`: a model object's
+    attribute set from outside the model package (what it computes is set through its methods)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found = []
+
+    def is_model(node: ast.expr) -> bool:
+        return (isinstance(node, ast.Name) and node.id in MODEL_NAMES) or (
+            isinstance(node, ast.Attribute) and node.attr in MODEL_NAMES
+        )
+
+    def flat(target: ast.expr) -> list[ast.expr]:
+        if isinstance(target, (ast.Tuple, ast.List)):
+            return [t for element in target.elts for t in flat(element)]
+        return [target.value] if isinstance(target, ast.Starred) else [target]
+
+    for node in ast.walk(tree):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = [t for target in node.targets for t in flat(target)]
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        for target in targets:
+            if isinstance(target, ast.Attribute) and is_model(target.value):
+                found.append(f"line {target.lineno}: .{target.attr} =")
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "setattr"
+            and node.args
+            and is_model(node.args[0])
+        ):
+            found.append(f"line {node.lineno}: setattr")
+    return sorted(found, key=lambda line: int(line.split()[1].rstrip(":")))
+
+
+def test_ats_train_sets_no_attribute_on_a_model() -> None:
+    problems = [
+        f"{path.relative_to(ROOT)} {write}"
+        for path in package_sources()["ats_train"]
+        for write in model_attribute_writes(path)
+    ]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_attribute_rule_catches_a_write(tmp_path: Path) -> None:
+    source = tmp_path / "poke.py"
+    source.write_text(
+        "model.fused_loss = True\n"
+        "trainer.raw_model.x += 1\n"
+        "setattr(model, 'y', 2)\n"
+        "x, model.z = 1, 2\n"
+        "a.model = build()\n"
+        "model = build()\n"
+        "layer.capacity = 0.5\n"
+    )
+    assert model_attribute_writes(source) == [
+        "line 1: .fused_loss =",
+        "line 2: .x =",
+        "line 3: setattr",
+        "line 4: .z =",
+    ]
+
+
+def test_native_fuzz_tools_do_not_import_the_model_package() -> None:
+    """The native runtime sits below ats_model: its fuzz seeds are built from plain files."""
+    sources = _sources("native/fuzz/*.py")
+    assert sources
+    problems = [
+        f"{path.relative_to(ROOT)}: imports {module}"
+        for path in sources
+        for module in imported_modules(path)
+        if module.split(".")[0] in {"ats_model", "ats_train", "ats_infer", "torch"}
+    ]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_orchestrator_does_not_import_the_trainer() -> None:
+    """The orchestrator sees a run through orchestrator/handle.py's RunHandle, never the Trainer."""
+    sources = _sources("packages/ats-train/src/ats_train/orchestrator/**/*.py")
+    assert sources
+    problems = [
+        f"{path.relative_to(ROOT)}: imports {module}"
+        for path in sources
+        for module in imported_modules(path)
+        if module == "ats_train.trainer" or module.startswith("ats_train.trainer.")
+    ]
+    assert not problems, "\n".join(problems)
+
+
+def orchestrator_writes(path: Path) -> list[str]:
+    """Attribute writes and setattr calls in `path` on anything but the orchestrator's own state
+    (self, orch, the evidence records it judges): a kind changes the run only through
+    RunHandle.apply."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found = []
+    for node in ast.walk(tree):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        for target in targets:
+            while isinstance(target, ast.Subscript):
+                target = target.value
+            if isinstance(target, ast.Attribute):
+                base = target.value
+                while isinstance(base, (ast.Attribute, ast.Subscript)):
+                    base = base.value
+                if not (isinstance(base, ast.Name) and base.id in {"self", "orch", "evidence"}):
+                    found.append(f"line {target.lineno}: .{target.attr} =")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            if node.func.id == "setattr":
+                found.append(f"line {node.lineno}: setattr")
+    return found
+
+
+def test_the_orchestrator_changes_a_run_only_by_records(tmp_path: Path) -> None:
+    # resume.py writes a copy of the config before the run is built (the checkpoint's settings)
+    sources = [
+        path
+        for path in _sources("packages/ats-train/src/ats_train/orchestrator/**/*.py")
+        if path.name != "resume.py"
+    ]
+    problems = [f"{p.relative_to(ROOT)} {w}" for p in sources for w in orchestrator_writes(p)]
+    assert not problems, "\n".join(problems)
+    control = tmp_path / "kind.py"
+    control.write_text(
+        "orch.lr_scale = 0.5\nself.window = []\nrun.model.layers[0].capacity = 0.5\n"
+        "trainer.config.optim.grad_clip = 1.0\nsetattr(layer, 'temperature', 2.0)\n"
+    )
+    assert orchestrator_writes(control) == [
+        "line 3: .capacity =",
+        "line 4: .grad_clip =",
+        "line 5: setattr",
+    ]
+
+
 # The native serving path: `ats-infer serve` installs and runs without torch (issue 23). Every
 # module of ats_infer.serve, and the ats_infer modules it loads on the native path, import neither
 # torch nor ats-model (which needs torch), not even inside a function.
@@ -129,13 +313,6 @@ def test_native_serve_path_imports_no_torch() -> None:
 
 # ---- inside ats-train: the module import graph, drawn from the sources ----------------------------
 TRAIN_SRC = ROOT / "packages/ats-train/src"
-# Orchestrator modules that still name the Trainer for type checking only; the RunHandle protocol
-# (issue 24) takes these arrows away, and then this set empties.
-TYPE_ONLY_ARROWS_PENDING = {
-    "ats_train.orchestrator.base",
-    "ats_train.orchestrator.faults",
-    "ats_train.orchestrator.orchestrator",
-}
 
 
 def _module_name(path: Path, src: Path) -> str:
@@ -221,10 +398,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_ats_train_has_no_import_cycle() -> None:
     cycle = find_cycle(import_graph(TRAIN_SRC, type_checking=False))
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
-    typed, runtime = (import_graph(TRAIN_SRC, type_checking=t) for t in (True, False))
-    for module in TYPE_ONLY_ARROWS_PENDING:
-        typed[module] = runtime[module]
-    cycle = find_cycle(typed)
+    cycle = find_cycle(import_graph(TRAIN_SRC, type_checking=True))
     assert cycle is None, "import cycle through TYPE_CHECKING imports: " + " -> ".join(cycle)
 
 

@@ -16,7 +16,7 @@ import re
 
 import pytest
 import torch
-from ats_model import build_model, presets
+from ats_model import ForwardOptions, build_model, presets
 
 pytestmark = pytest.mark.gpu
 
@@ -48,7 +48,7 @@ def _compiled_block_code() -> str:
     try:
         config = dataclasses.replace(presets.get("124m-dense"), n_layer=2)
         model = build_model(config, device=torch.device("cuda"), kernels="triton")
-        model.autocast_residual = True
+        model.set_forward_options(ForwardOptions(autocast_residual=True))
         model.fuse_projections(True)
         for block in model.layers:
             block.compile()

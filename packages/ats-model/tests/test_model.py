@@ -1,13 +1,12 @@
 """The Transformer forward: loss with ignore_index, aux/stats per family, causality, finite-difference
 gradients in float64 (router included), state_dict names of the contract, bad input."""
 
-import contextlib
 import math
 import re
 
 import pytest
 import torch
-from ats_model import MoEConfig, build_model
+from ats_model import ForwardOptions, MoEConfig, build_model
 
 FAMILIES = ["dense", "moe", "mod", "hybrid"]
 
@@ -252,40 +251,6 @@ def test_dropout_is_training_only(make_config, family: str, knob: str) -> None:
         make_config(family, **{knob: 1.0})
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_init_weights_module_by_module_inside_gathered(make_config, family: str) -> None:
-    """init_weights(gathered=...) writes each module's parameters only inside that module's own
-    gathered context (as with DeepSpeed ZeRO-3's GatheredParameters) and gives the same weights."""
-    config = make_config(family, tie_embeddings=False)
-    torch.manual_seed(3)
-    want = build_model(config).state_dict()
-    model = build_model(config)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.fill_(float("nan"))  # "not initialized yet"
-    calls: list[set[int]] = []
-
-    @contextlib.contextmanager
-    def gathered(params):
-        ids = {id(p) for p in params}
-        others = [
-            p for p in model.parameters() if id(p) not in ids and not any(id(p) in c for c in calls)
-        ]
-        assert all(p.isnan().all() for p in params)  # nothing written before its own gather
-        calls.append(ids)
-        yield
-        assert all(p.isfinite().all() for p in params)
-        assert all(p.isnan().all() for p in others)  # nothing else written inside this one
-
-    torch.manual_seed(3)
-    model.init_weights(gathered)
-    assert len(calls) == 1 + config.n_layer + 1 + 1  # embedding, blocks, norm, head
-    assert set().union(*calls) == {id(p) for p in model.parameters()}
-    got = model.state_dict()
-    for name, value in want.items():
-        torch.testing.assert_close(got[name], value, rtol=0, atol=0, msg=name)
-
-
 @pytest.mark.parametrize("family", ["dense", "hybrid"])
 def test_autocast_residual_carries_the_stream_in_bf16(make_config, family: str) -> None:
     """Under autocast the flag puts every block's input in bf16 (off: the embedding's fp32); the
@@ -301,7 +266,7 @@ def test_autocast_residual_carries_the_stream_in_bf16(make_config, family: str) 
     ]
     losses = {}
     for flag in (False, True):
-        model.autocast_residual = flag
+        model.set_forward_options(ForwardOptions(autocast_residual=flag))
         seen.clear()
         with torch.autocast("cpu", dtype=torch.bfloat16):
             losses[flag] = model(idx, targets=idx).loss
@@ -313,16 +278,16 @@ def test_autocast_residual_carries_the_stream_in_bf16(make_config, family: str) 
     assert grad is not None and grad.dtype == torch.float32 and grad.abs().sum() > 0
     for hook in hooks:
         hook.remove()
-    model.autocast_residual = True
+    model.set_forward_options(ForwardOptions(autocast_residual=True))
     with_flag = model(idx).logits
-    model.autocast_residual = False
+    model.set_forward_options(ForwardOptions())
     torch.testing.assert_close(with_flag, model(idx).logits, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("tie", [False, True])
 def test_fused_loss_matches_logits_then_cross_entropy(make_config, family: str, tie: bool) -> None:
-    """Transformer.fused_loss (the head and the loss as kernels.linear_cross_entropy, all rows at
+    """ForwardOptions.fused_loss (the head and the loss as kernels.linear_cross_entropy, all rows at
     once or in chunks of 5 of the 24, one target ignored) gives the plain path's loss and every
     gradient in float64 and returns no logits; under no_grad (evaluation) the same loss."""
     torch.manual_seed(0)
@@ -333,7 +298,7 @@ def test_fused_loss_matches_logits_then_cross_entropy(make_config, family: str, 
 
     def run(fused: bool, rows: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         model.zero_grad(set_to_none=True)
-        model.fused_loss, model.fused_loss_rows = fused, rows
+        model.set_forward_options(ForwardOptions(fused_loss=fused, fused_loss_rows=rows))
         out = model(idx, targets=targets)
         assert (out.logits is None) == fused
         (out.loss + sum(out.aux.values())).backward()
@@ -374,3 +339,19 @@ def test_fused_projections_match_the_separate_ones(make_config, family: str) -> 
         torch.testing.assert_close(fused_grads[name], grad, rtol=1e-9, atol=1e-12, msg=name)
     with torch.no_grad():
         torch.testing.assert_close(model(idx).logits, plain_logits, rtol=1e-12, atol=1e-12)
+
+
+def test_forward_options_are_set_as_one_object(make_config) -> None:
+    """The model's forward options change only through set_forward_options, with a whole
+    ForwardOptions (frozen: no field is changed in place); a negative row count is refused."""
+    with pytest.raises(ValueError, match="fused_loss_rows = -1 must be >= 0"):
+        ForwardOptions(fused_loss_rows=-1)
+    model = build_model(make_config("dense"))
+    assert model.options == ForwardOptions()
+    with pytest.raises(TypeError, match="expected ForwardOptions"):
+        model.set_forward_options({"fused_loss": True})
+    options = ForwardOptions(fused_loss=True, fused_loss_rows=4)
+    model.set_forward_options(options)
+    assert model.options is options
+    with pytest.raises(AttributeError):
+        options.fused_loss = False

@@ -3,8 +3,16 @@
 from pathlib import Path
 
 import pytest
-from ats_train.config import ConfigError, TrainConfig, build_config, load_config, to_toml
+from ats_train.config import (
+    ConfigError,
+    TrainConfig,
+    build_config,
+    load_config,
+    to_toml,
+    valid_keys,
+)
 from ats_train.model_config import build_model_config
+from ats_train.orchestrator.settings import RENAMED
 
 
 def test_defaults_round_trip_through_toml(tmp_path: Path) -> None:
@@ -75,6 +83,23 @@ def test_unknown_key_suggests_the_nearest(override: str, suggestion: str) -> Non
         load_config(None, [override])
 
 
+def test_a_kinds_old_generic_knob_names_its_new_key() -> None:
+    """orchestrator.<kind>.threshold / factor / limit / target are refused with the kind's own
+    name for that knob, which is a key the config accepts; no kind has a generic knob left."""
+    assert len(RENAMED) == 46  # every generic knob a kind used
+    keys = set(valid_keys())
+    for old, new in RENAMED.items():
+        assert new in keys and old not in keys, (old, new)
+        with pytest.raises(ConfigError, match=f"{old!r} was renamed; use {new!r}"):
+            load_config(None, [f"{old}=1"])
+    generic = {"threshold", "factor", "limit", "target"}
+    assert not [k for k in keys if k.startswith("orchestrator.") and k.split(".")[-1] in generic]
+    config = load_config(
+        None, ["orchestrator.lr_cut.rise=0.3", "orchestrator.early_stop.patience=5"]
+    )
+    assert (config.orchestrator.lr_cut.rise, config.orchestrator.early_stop.patience) == (0.3, 5)
+
+
 def test_unknown_key_in_a_file_suggests_the_nearest(tmp_path: Path) -> None:
     path = tmp_path / "run.toml"
     path.write_text("[train]\nbatch_sise = 4\n")
@@ -126,7 +151,7 @@ def test_unknown_key_in_a_file_suggests_the_nearest(tmp_path: Path) -> None:
         (["optim.eps=inf"], "optim.eps = inf is not a finite number"),
         (["optim.betas=[0.9, nan]"], "optim.betas = nan is not a finite number"),
         (["loss.moe_z_weight=inf"], "loss.moe_z_weight = inf is not a finite number"),
-        (["orchestrator.lr_cut.factor=inf"], "orchestrator.lr_cut.factor = inf is not a finite"),
+        (["orchestrator.lr_cut.scale=inf"], "orchestrator.lr_cut.scale = inf is not a finite"),
         (["plan.flops=inf"], "plan.flops = inf is not a finite number"),
         (["model.dropout=nan"], "model.dropout = nan is not a finite number"),
         (["faults.diverge_lr_factor=-30"], "faults.diverge_lr_factor = -30.0 must be > 0"),

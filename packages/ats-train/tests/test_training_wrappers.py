@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from ats_model import build_model, presets
+from ats_model import ForwardOptions, build_model, presets
 from ats_train.config import TrainSection
 from ats_train.training_wrappers import apply_training_wrappers
 
@@ -60,16 +60,17 @@ def test_compile_matches_eager_on_cuda(preset: str) -> None:
 def test_residual_stream_sets_the_models_autocast_residual(stream: str, want: bool) -> None:
     model = _model()
     apply_training_wrappers(model, TrainSection(precision="bf16", residual_stream=stream))
-    assert model.autocast_residual is want
+    assert model.options.autocast_residual is want
 
 
 @pytest.mark.parametrize("on", [False, True])
 def test_fused_loss_and_projections_reach_the_model(on: bool) -> None:
-    """train.fused_loss / fused_loss_rows / fused_projections become the model's attributes (the
-    bare model has them off: its own tests and inference keep the plain path)."""
+    """train.fused_loss / fused_loss_rows reach the model as its ForwardOptions, fused_projections
+    through fuse_projections (the bare model has them off: its own tests and inference keep the
+    plain path)."""
     model = _model()
-    assert not model.fused_loss
+    assert model.options == ForwardOptions()
     apply_training_wrappers(model, TrainSection(fused_loss=on, fused_loss_rows=7, fused_projections=on))
-    assert model.fused_loss is on and model.fused_loss_rows == 7
+    assert model.options.fused_loss is on and model.options.fused_loss_rows == 7
     flags = [m.fused for m in model.modules() if hasattr(m, "fused")]
     assert flags and all(f is on for f in flags)

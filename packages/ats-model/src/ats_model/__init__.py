@@ -7,11 +7,12 @@ from ats_model.flops import count_params, flops_per_token
 from ats_model.generate import generate
 from ats_model.layers.kv_cache import KVCache
 from ats_model.mod_schedule import mod_capacity_schedule, set_mod_capacity
-from ats_model.model import Transformer
+from ats_model.model import ForwardOptions, Transformer
 from ats_model.output import ModelOutput
 from ats_model.serialization import export_hf, import_hf, load_pretrained, save_pretrained
 
 __all__ = [
+    "ForwardOptions",
     "KVCache",
     "MoDConfig",
     "ModelConfig",

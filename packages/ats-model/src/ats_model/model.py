@@ -3,10 +3,8 @@
 Single-device math only: parallelism, compile and checkpointing are applied from outside (ats-train).
 """
 
-import contextlib
 import math
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from dataclasses import dataclass
 
 import torch
 from ats_kernels import KernelSet
@@ -24,34 +22,39 @@ from ats_model.layers.norm import RMSNorm
 from ats_model.layers.rope import build_rope_tables, lookup
 from ats_model.output import ModelOutput
 
-# a context manager factory over a module's parameters (see Transformer.init_weights)
-Gathered = Callable[[list[nn.Parameter]], AbstractContextManager[object]]
 
+@dataclass(frozen=True)
+class ForwardOptions:
+    """How forward computes, not what: choices a caller (ats-train) makes for a run, set once with
+    Transformer.set_forward_options. The defaults are the plain path (inference, the model's tests).
 
-def _already_whole(params: list[nn.Parameter]) -> AbstractContextManager[object]:
-    return contextlib.nullcontext()
-
-
-class Transformer(nn.Module):
-    """autocast_residual: under autocast, carry the residual stream in the autocast dtype (the
+    autocast_residual: under autocast, carry the residual stream in the autocast dtype (the
     embedding's output is cast once; every residual add and norm then moves half the bytes), as
     Megatron-Core does by default (fp32_residual_connection = False). Off, the stream stays in
-    the embedding's fp32. A training choice (ats-train's train.residual_stream), not part of the
-    model's config: without autocast it changes nothing.
+    the embedding's fp32; without autocast it changes nothing.
 
     fused_loss: a forward given targets runs the LM head and the cross-entropy as one op,
     kernels.linear_cross_entropy, over chunks of `fused_loss_rows` rows (0 = all rows at once),
     and returns logits=None. The Triton op turns each chunk's logits into their gradient in place
-    during forward, in one kernel: no second (tokens, vocab) buffer for the gradient. Also a
-    training choice (ats-train's train.fused_loss)."""
+    during forward, in one kernel: no second (tokens, vocab) buffer for the gradient."""
 
+    autocast_residual: bool = False
+    fused_loss: bool = False
+    fused_loss_rows: int = 0
+
+    def __post_init__(self) -> None:
+        if self.fused_loss_rows < 0:
+            raise ValueError(
+                f"ForwardOptions.fused_loss_rows = {self.fused_loss_rows} must be >= 0 (0 = all rows)"
+            )
+
+
+class Transformer(nn.Module):
     def __init__(self, config: ModelConfig, kernels: KernelSet) -> None:
         super().__init__()
         self.config = config
         self.kernels = kernels
-        self.autocast_residual = False
-        self.fused_loss = False
-        self.fused_loss_rows = 0
+        self.options = ForwardOptions()  # set_forward_options
         spec = families.get(config.family)
         # weight passed in: nn.Embedding's own N(0, 1) init is skipped (init_weights owns init)
         self.tok_embeddings = nn.Embedding(
@@ -85,41 +88,24 @@ class Transformer(nn.Module):
             if isinstance(module, (Attention, SwiGLUFFN)):
                 module.fused = on
 
-    def external_parameters(self) -> list[tuple[nn.Module, nn.Parameter]]:
-        """(module, parameter) pairs where a module's forward reads a parameter its child owns
-        without calling the child: the head's weight in the root (the tied head and the fused
-        loss), wq / wk / wv in every attention (the wqkv GEMM) and w1 / w3 in every SwiGLU FFN
-        (the w13 GEMM) when fused. DeepSpeed ZeRO-3 gathers a parameter only in its owner's
-        forward, so its backend registers these with the reader (harmless when not fused)."""
-        head = self.tok_embeddings if self.output is None else self.output
-        pairs: list[tuple[nn.Module, nn.Parameter]] = [(self, head.weight)]
-        for module in self.modules():
-            if isinstance(module, (Attention, SwiGLUFFN)):
-                pairs += [(module, p) for p in module.external_parameters()]
-        return pairs
+    def set_forward_options(self, options: ForwardOptions) -> None:
+        """How every later forward computes (ForwardOptions); the one way a caller changes it."""
+        if not isinstance(options, ForwardOptions):
+            raise TypeError(f"set_forward_options: expected ForwardOptions, got {options!r}")
+        self.options = options
 
     @torch.no_grad()
-    def init_weights(self, gathered: Gathered | None = None) -> None:
+    def init_weights(self) -> None:
         """N(0, init_std) everywhere, residual output projections (wo, w2) scaled by 1/sqrt(2 n_layer)
-        (GPT-2, Radford et al. 2019), norms at 1, rope tables rebuilt in float64.
-
-        gathered(params): a context in which those (possibly partitioned) parameters are whole and
-        writes to them are kept, e.g. DeepSpeed ZeRO-3's GatheredParameters(params,
-        modifier_rank=0). The embedding, each block, the norm and the head are initialized one at a
-        time inside it, so a partitioned model is never whole on one device."""
-        whole = gathered or _already_whole
+        (GPT-2, Radford et al. 2019), norms at 1, rope tables rebuilt in float64."""
         std = self.config.init_std
         resid_std = std / math.sqrt(2 * self.config.n_layer)
-        with whole([self.tok_embeddings.weight]):
-            nn.init.normal_(self.tok_embeddings.weight, std=std)
+        nn.init.normal_(self.tok_embeddings.weight, std=std)
         for layer in self.layers:
-            with whole(list(layer.parameters())):
-                layer.init_weights(std, resid_std)
-        with whole(list(self.norm.parameters())):
-            self.norm.init_weights()
+            layer.init_weights(std, resid_std)
+        self.norm.init_weights()
         if self.output is not None:
-            with whole([self.output.weight]):
-                nn.init.normal_(self.output.weight, std=std)
+            nn.init.normal_(self.output.weight, std=std)
         cos, sin = build_rope_tables(self.config, self.rope_cos.device, self.rope_cos.dtype)
         self.rope_cos.copy_(cos)
         self.rope_sin.copy_(sin)
@@ -175,7 +161,7 @@ class Transformer(nn.Module):
             causal_routing=causal_routing,
         )
         x = self.emb_drop(self.tok_embeddings(idx))  # (B, T, C)
-        if self.autocast_residual and torch.is_autocast_enabled(idx.device.type):
+        if self.options.autocast_residual and torch.is_autocast_enabled(idx.device.type):
             x = x.to(torch.get_autocast_dtype(idx.device.type))
         moe_records: list[MoERecord] = []
         mod_records: list[MoDRecord] = []
@@ -190,11 +176,10 @@ class Transformer(nn.Module):
         if kv_cache is not None:
             kv_cache.length = end
         aux, stats = _collect(moe_records, mod_records)
-        if targets is not None and self.fused_loss:
+        if targets is not None and self.options.fused_loss:
             return ModelOutput(logits=None, loss=self._fused_loss(x, targets), aux=aux, stats=stats)
-        # The untied head is called as a module, not read as a weight: ZeRO-3 gathers a module's
-        # partitioned parameters in its forward hook (reading .weight directly saw an empty shard
-        # on the H200). The tied one is registered as the root's external parameter there.
+        # The untied head is called as a module, not read as a weight: a sharding wrapper may
+        # materialize a module's parameters only around that module's own forward.
         if self.output is None:
             logits = x @ self.tok_embeddings.weight.T  # (B, T, V)
         else:
@@ -206,16 +191,14 @@ class Transformer(nn.Module):
 
     def _fused_loss(self, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Mean cross-entropy of the head's logits of x (B, T, C) against targets (B, T), never
-        holding more than fused_loss_rows rows of logits. The head's weight is read directly (the
-        DeepSpeed backend registers it as the root's external parameter under ZeRO-3, gathered in
-        the root's forward and, through the hook on ModelOutput's tensors, again before its
-        backward); under
-        autocast both operands are cast to its dtype, as the head's matmul would be."""
+        holding more than fused_loss_rows rows of logits. The head's weight is read directly, here
+        in the root's forward; under autocast both operands are cast to its dtype, as the head's
+        matmul would be."""
         w = self.tok_embeddings.weight if self.output is None else self.output.weight  # (V, C)
         device = x.device.type
         dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else w.dtype
         h = x.reshape(-1, x.shape[-1]).to(dtype)  # (B*T, C)
-        rows = self.fused_loss_rows or h.shape[0]
+        rows = self.options.fused_loss_rows or h.shape[0]
         return self.kernels.linear_cross_entropy(
             h, w.to(dtype), targets.reshape(-1), chunk_size=rows
         )

@@ -17,18 +17,19 @@ from ats_train.checkpoint_sharded import check_resumable
 from ats_train.config import ConfigError, TrainConfig, to_toml
 from ats_train.cuda_graphs import GraphedLoss, check_cuda_graphs
 from ats_train.data import build_data, build_loader
+from ats_train.faults.inject import Faults
 from ats_train.lr import build_lr_schedule
 from ats_train.metrics import Metrics
 from ats_train.mfu import peak_flops
 from ats_train.model_config import build_model_config, check_same_model
 from ats_train.optim import build_optimizer
-from ats_train.orchestrator.chinchilla import run_steps
-from ats_train.orchestrator.faults import Faults
 from ats_train.orchestrator.orchestrator import Orchestrator
 from ats_train.orchestrator.resume import with_saved_settings
 from ats_train.overlap import HostOverlap
+from ats_train.planning.chinchilla import run_steps
 from ats_train.precision import Precision, build_precision
 from ats_train.profiling import StepProfiler
+from ats_train.run_handle import TrainerRunHandle
 from ats_train.run_lock import RunLock
 from ats_train.trainer import Trainer
 from ats_train.trainer_state import read_trainer_state, seed_everything
@@ -152,6 +153,7 @@ def _build(
         overlap=HostOverlap(1 if train.overlap_host else 0),
     )
     trainer.attention = attention
+    trainer.run = TrainerRunHandle(trainer)
     trainer.profiler = StepProfiler(
         config.profile.start,
         config.profile.steps,

@@ -98,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for path in plot_run(_plot_parser().parse_args(argv[1:]).run_dir):
                 print(f"wrote {path}")
         elif command == "plan":
-            from ats_train.orchestrator.plan import plan_parser, plan_report
+            from ats_train.planning.plan_cli import plan_parser, plan_report
 
             print("\n".join(plan_report(plan_parser().parse_args(argv[1:]))))
         else:

@@ -1,6 +1,6 @@
 """The error a user can fix in their config: its own module, because the config sections (config/,
-orchestrator/settings.py) and the code that checks settings at run time all raise it, and the CLI
-turns it into one line and exit code 2 (internal bugs keep their traceback)."""
+the orchestrator, faults and planning settings) and the code that checks settings at run time all
+raise it, and the CLI turns it into one line and exit code 2 (internal bugs keep their traceback)."""
 
 
 class ConfigError(ValueError):

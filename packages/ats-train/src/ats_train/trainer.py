@@ -43,13 +43,14 @@ from ats_train.checkpoint_sharded import (
 from ats_train.config import TrainConfig
 from ats_train.cuda_graphs import GraphedLoss, LossParts
 from ats_train.data import TrainData, build_loader
+from ats_train.faults.inject import Faults
+from ats_train.faults.settings import FaultsSection
 from ats_train.lr import LRSchedule
 from ats_train.metrics import Metrics, stats_record
 from ats_train.mfu import mfu
 from ats_train.model_state import write_model_dir
-from ats_train.orchestrator.faults import Faults
+from ats_train.orchestrator.handle import RunHandle
 from ats_train.orchestrator.orchestrator import Orchestrator
-from ats_train.orchestrator.settings import FaultsSection
 from ats_train.overlap import DeviceSums, HostOverlap, InFlight, StepOutput, unpack
 from ats_train.precision import Precision
 from ats_train.profiling import StepProfiler
@@ -84,6 +85,8 @@ class Trainer:
     step: int = 0
     # issue 8: decides between steps (its state is saved with every checkpoint); faults: drills
     orchestrator: Orchestrator = field(default_factory=Orchestrator.disabled)
+    # what the orchestrator sees and changes of this run: build_trainer sets a TrainerRunHandle
+    run: RunHandle = field(init=False)
     faults: Faults = field(default_factory=lambda: Faults(FaultsSection()))
     graphed: GraphedLoss | None = None  # train.cuda_graphs: forward + backward from CUDA graphs
     attention: AttentionBackend = field(default_factory=lambda: AttentionBackend(None, {}))
@@ -108,14 +111,14 @@ class Trainer:
 
     # ---- the loop ------------------------------------------------------------------------------
     def train(self) -> None:
-        train = self.config.train
-        while self.step < train.steps and not self.orchestrator.stop_requested:
+        while self.step < self.config.train.steps and not self.orchestrator.stop_requested:
             self.profiler.before_step(self.step)
             record = self.train_step()
             self.profiler.after_step(self.step)
             if record.get("rolled_back"):  # back at a checkpointed step
                 continue
-            # read every step: the orchestrator may change the cadence or stop the run
+            # read every step: the orchestrator may change the cadence (a new config) or stop
+            train = self.config.train
             running = self.step < train.steps and not self.orchestrator.stop_requested
             if train.eval_every and self.step % train.eval_every == 0 and running:
                 self.validate()
@@ -141,9 +144,9 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         t0 = time.perf_counter()
-        self.faults.before_step(self)
+        self.faults.before_step(self.step + 1, self.raw_model)
         x, y = self.faults.batch(self.step + 1, *next(self.train_loader))  # (B_rank, T) each
-        sums = self.orchestrator.forward_backward(self, x, y)  # OOM recovery around it
+        sums = self.orchestrator.forward_backward(self.run, x, y)  # OOM recovery around it
         done = self.overlap.push(self.update(sums, lr, t0))
         if done is None:
             return {}
@@ -162,8 +165,8 @@ class Trainer:
             self.step += 1
             return InFlight.queued(self.step, lr, t0, sums, norm)
         out = self.mean_over_ranks(sums.to_host())
-        self.faults.after_backward(self)
-        skipped = self.orchestrator.before_update(self, out)
+        self.faults.after_backward(self.step + 1, self.raw_model)
+        skipped = self.orchestrator.before_update(self.run, out)
         grad_norm, stepped = (
             (None, False) if skipped else self.backend.step(self.optimizer, grad_clip)
         )
@@ -201,9 +204,9 @@ class Trainer:
             record["loss_scale"] = self.precision.scaler.get_scale()
         if done.skipped:
             record["skipped"] = True
-        self.orchestrator.annotate(self, record)
+        self.orchestrator.annotate(self.run, record)
         self.metrics.train(record)
-        self.orchestrator.after_step(self, record)
+        self.orchestrator.after_step(self.run, record)
         return record
 
     def mean_over_ranks(self, out: StepOutput) -> StepOutput:

@@ -1,5 +1,5 @@
 """Training wrappers applied from outside the model, in one fixed order: the residual stream's
-dtype, the fused head + loss and the fused projections (model attributes), activation
+dtype and the fused head + loss (ats_model.ForwardOptions), the fused projections, activation
 checkpointing, then torch.compile, then sharding, which the backend's wrap() does right after
 (fully_shard per block then the root for fsdp2, DistributedDataParallel for ddp). The model stays
 single-device math.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ats_model import ForwardOptions
 from ats_model.layers.attention import Attention
 from ats_model.layers.ffn import SwiGLUFFN
 from ats_model.layers.norm import RMSNorm
@@ -62,9 +63,13 @@ def apply_compile(model: nn.Module) -> None:
 
 
 def apply_training_wrappers(model: nn.Module, train: TrainSection) -> nn.Module:
-    model.autocast_residual = train.residual_stream == "autocast"
-    model.fused_loss = bool(train.fused_loss)
-    model.fused_loss_rows = train.fused_loss_rows
+    model.set_forward_options(
+        ForwardOptions(
+            autocast_residual=train.residual_stream == "autocast",
+            fused_loss=bool(train.fused_loss),
+            fused_loss_rows=train.fused_loss_rows,
+        )
+    )
     model.fuse_projections(train.fused_projections)
     if train.activation_checkpointing:
         apply_activation_checkpointing(model)

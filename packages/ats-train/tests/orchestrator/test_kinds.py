@@ -36,7 +36,7 @@ def assert_close_to_clean(run, clean_run, margin: float = MARGIN) -> None:
 
 def test_lr_cut_on_divergence(run, clean_run, only) -> None:
     diverge = {"faults.diverge_at_step": 12, "faults.diverge_lr_factor": 50}
-    r = run(**only("lr_cut"), **diverge, **{"orchestrator.lr_cut.factor": 0.2})
+    r = run(**only("lr_cut"), **diverge, **{"orchestrator.lr_cut.scale": 0.2})
     (first, *_) = r.fired("lr_cut")
     assert first["change"]["lr_scale"] == [1.0, 0.2]
     assert r.trainer.orchestrator.lr_scale <= 0.2
@@ -47,7 +47,7 @@ def test_lr_cut_on_divergence(run, clean_run, only) -> None:
 
 def test_lr_rewarm_on_plateau(run, clean_run, only) -> None:
     stall = {"faults.plateau_at_step": 4, "faults.plateau_lr_factor": 0.002}
-    r = run(**only("lr_rewarm"), **stall, **{"orchestrator.lr_rewarm.factor": 20})
+    r = run(**only("lr_rewarm"), **stall, **{"orchestrator.lr_rewarm.scale": 20})
     assert r.fired("lr_rewarm")
     assert r.trainer.orchestrator.lr_scale >= 20.0
     for group in r.trainer.optimizer.param_groups:
@@ -187,7 +187,7 @@ def test_bias_rate_raised_on_imbalance(run, clean_run, only) -> None:
 def test_mod_capacity_anneals_to_target(run, clean_run, only) -> None:
     r = run(
         **only("mod_capacity"),
-        **{"model.mod.capacity": 1.0, "orchestrator.mod_capacity.target": 0.5},
+        **{"model.mod.capacity": 1.0, "orchestrator.mod_capacity.target_capacity": 0.5},
     )
     decisions = r.fired("mod_capacity")
     assert decisions and decisions[0]["change"]["mod.capacity"] == [1.0, 0.8]
@@ -227,7 +227,7 @@ def test_batch_ramp_doubles_the_global_batch(run, clean_run, only) -> None:
     r = run(
         **only("batch_ramp"),
         **{
-            "orchestrator.batch_ramp.target": 8,
+            "orchestrator.batch_ramp.max_batch_size": 8,
             "faults.plateau_at_step": 4,
             "faults.plateau_lr_factor": 0.002,
         },
@@ -257,7 +257,7 @@ def test_eval_and_checkpoint_more_often_under_instability(run, clean_run, only) 
 def test_early_stop_at_convergence(run, clean_run, only) -> None:
     r = run(
         **only("early_stop"),
-        **{"faults.plateau_at_step": 3, "orchestrator.early_stop.limit": 2},
+        **{"faults.plateau_at_step": 3, "orchestrator.early_stop.patience": 2},
     )
     (d,) = r.fired("early_stop")
     t = r.trainer

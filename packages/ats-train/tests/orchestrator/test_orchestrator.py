@@ -5,10 +5,12 @@ import shutil
 
 import pytest
 import torch
+from ats_train.batch_geometry import BatchGeometry
 from ats_train.checkpoint import LATEST, checkpoints_dir
 from ats_train.config import load_config
-from ats_train.orchestrator import base
+from ats_train.orchestrator import base, changes
 from ats_train.orchestrator.decisions import read_decisions
+from ats_train.run_handle import TrainerRunHandle
 from safetensors.torch import load_file
 
 
@@ -142,3 +144,29 @@ def test_kinds_judging_the_same_records_compute_the_signals_once(run, monkeypatc
     assert done.decisions == []
     assert len(calls) >= 4 and calls == sorted(set(calls))  # each evaluation once
     assert all(step % 5 == 0 for step in calls)
+
+
+def test_run_changes_replace_the_config_and_leave_the_old_one_whole(clean_run) -> None:
+    """A change record swaps the run's config for a copy with the new value (the section objects
+    handed out before keep what they said); a value that is no record is refused."""
+    trainer = clean_run.trainer
+    before = trainer.config
+    handle = TrainerRunHandle(trainer)
+    try:
+        handle.apply(changes.SetGradClip(0.25))
+        handle.apply(changes.SetLossWeight("moe_lb_weight", 0.5))
+        handle.apply(changes.SetCadence(eval_every=3, checkpoint_every=7))
+        handle.apply(changes.SplitMicroBatch(1))
+        now = trainer.config
+        assert (now.optim.grad_clip, now.loss.moe_lb_weight) == (0.25, 0.5)
+        assert (now.train.eval_every, now.checkpoint.every, now.train.micro_batch_size) == (3, 7, 1)
+        assert handle.setting("optim.grad_clip") == 0.25
+        # the step's split follows: micro-batches of 1, the global batch unchanged
+        assert handle.batch == BatchGeometry.of(now.train.batch_size, 1, 1)
+        assert trainer.aux_weights()["moe_lb"] == 0.5  # what the next forward_backward weighs by
+        assert before.optim.grad_clip != 0.25 and before.train.eval_every == 10
+        assert before.loss.moe_lb_weight != 0.5 and before.train.micro_batch_size == 2
+        with pytest.raises(TypeError, match="not a run change"):
+            handle.apply({"optim.grad_clip": 1.0})
+    finally:
+        trainer.config = before

@@ -9,8 +9,7 @@ parameters: names and checkpoints do not change), and kernels.rope_qkv splits an
 output: the input gradient is then one GEMM over one (B, T, width) gradient instead of three GEMMs
 and a sum. Without gradients (inference, evaluation) there is no backward to pay for the
 concatenation, which copies every weight per call (at decode, most of the cost): the three
-projections run on the weights in place. Reading wq / wk / wv without calling them: ZeRO-3 must
-gather them for this module (external_parameters).
+projections run on the weights in place.
 """
 
 import torch
@@ -56,10 +55,6 @@ class Attention(nn.Module):
         for lin in (self.wq, self.wk, self.wv):
             nn.init.normal_(lin.weight, std=std)
         nn.init.normal_(self.wo.weight, std=resid_std)
-
-    def external_parameters(self) -> list[nn.Parameter]:
-        """Children's parameters this module's forward reads directly."""
-        return [self.wq.weight, self.wk.weight, self.wv.weight]
 
     def forward(
         self,

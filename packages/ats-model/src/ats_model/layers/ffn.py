@@ -4,8 +4,7 @@ With `fused` set (ats-train sets it, Transformer.fuse_projections) and gradients
 run as one GEMM over w13 = [w1; w3], concatenated per forward (the weights stay two parameters:
 names and checkpoints do not change). Its input gradient is then one GEMM instead of two plus an
 add, and the activation's gradient comes back as one tensor (swiglu_packed). Without gradients
-the two projections run on the weights in place (see attention.py). Reading w1 and w3 without
-calling them: ZeRO-3 must gather them for this module (external_parameters).
+the two projections run on the weights in place (see attention.py).
 """
 
 import torch
@@ -29,10 +28,6 @@ class SwiGLUFFN(nn.Module):
         nn.init.normal_(self.w1.weight, std=std)
         nn.init.normal_(self.w3.weight, std=std)
         nn.init.normal_(self.w2.weight, std=resid_std)
-
-    def external_parameters(self) -> list[nn.Parameter]:
-        """Children's parameters this module's forward reads directly."""
-        return [self.w1.weight, self.w3.weight]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not (self.fused and torch.is_grad_enabled()):

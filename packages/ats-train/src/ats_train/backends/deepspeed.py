@@ -32,6 +32,8 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from ats_model.layers.attention import Attention
+from ats_model.layers.ffn import SwiGLUFFN
 from torch import nn
 
 from ats_train.backends.deepspeed_config import (
@@ -77,6 +79,22 @@ def import_deepspeed() -> ModuleType:
             f"install it with {INSTALL_HINT}"
         ) from e
     return deepspeed
+
+
+def external_parameters(model: nn.Module) -> list[tuple[nn.Module, nn.Parameter]]:
+    """(module, parameter) pairs where a module's forward reads a parameter its child owns without
+    calling the child: the head's weight in the root (the tied head and the fused loss), wq / wk /
+    wv in every attention (the wqkv GEMM) and w1 / w3 in every SwiGLU FFN (the w13 GEMM) when
+    fused. ZeRO-3 gathers a parameter only in its owner's forward, so these are registered with
+    the reader too (harmless when not fused)."""
+    head = model.tok_embeddings if model.output is None else model.output
+    pairs: list[tuple[nn.Module, nn.Parameter]] = [(model, head.weight)]
+    for module in model.modules():
+        if isinstance(module, Attention):
+            pairs += [(module, lin.weight) for lin in (module.wq, module.wk, module.wv)]
+        elif isinstance(module, SwiGLUFFN):
+            pairs += [(module, lin.weight) for lin in (module.w1, module.w3)]
+    return pairs
 
 
 class DeepSpeedBackend:
@@ -136,9 +154,7 @@ class DeepSpeedBackend:
             model=model, optimizer=optimizer, config=self.ds_config, dist_init_required=False
         )
         if self.ds_config["zero_optimization"]["stage"] == 3:
-            # parameters read outside their owner's forward (Transformer.external_parameters):
-            # ZeRO-3 must gather them for the reader's forward too
-            for reader, param in model.external_parameters():
+            for reader, param in external_parameters(model):
                 self._ds.zero.register_external_parameter(reader, param)
         self._engine, self._zero, self._base, self._model = engine, zero, optimizer, model
         if offload_ratio(self.ds_config) < 1.0:

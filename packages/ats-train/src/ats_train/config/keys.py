@@ -10,6 +10,7 @@ from typing import Any
 
 from ats_train.config.train_config import TrainConfig
 from ats_train.errors import ConfigError
+from ats_train.orchestrator.settings import RENAMED
 
 
 def _model_fields() -> dict[str, Any]:
@@ -108,6 +109,8 @@ def suggest_key(key: str, keys: list[str]) -> str | None:
 
 
 def _unknown_key(key: str) -> ConfigError:
+    if key in RENAMED:  # a kind's knob from before each kind had its own names
+        return ConfigError(f"config key {key!r} was renamed; use {RENAMED[key]!r}")
     close = suggest_key(key, valid_keys())
     hint = f"; did you mean {close!r}?" if close else ""
     return ConfigError(f"unknown config key {key!r}{hint}")

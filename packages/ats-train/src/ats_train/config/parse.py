@@ -164,7 +164,7 @@ def build_config(flat: dict[str, Any]) -> TrainConfig:
             section = hints[name](**values)
         except ConfigError:
             raise
-        except ValueError as e:  # sections defined outside this module (orchestrator.settings)
+        except ValueError as e:  # sections defined in their own settings modules
             raise ConfigError(str(e)) from e
         for table, leaves in nested.items():
             try:

@@ -1,5 +1,5 @@
-"""The config sections of a run but [parallel] (parallel.py) and the orchestrator's
-(orchestrator/settings.py): one dataclass each, checked when built."""
+"""The config sections of a run but [parallel] (parallel.py) and those defined in their own
+settings modules (orchestrator, faults, planning): one dataclass each, checked when built."""
 
 from __future__ import annotations
 

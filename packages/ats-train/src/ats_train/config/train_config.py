@@ -16,7 +16,9 @@ from ats_train.config.sections import (
     ProfileSection,
     TrainSection,
 )
-from ats_train.orchestrator.settings import FaultsSection, OrchestratorSection, PlanSection
+from ats_train.faults.settings import FaultsSection
+from ats_train.orchestrator.settings import OrchestratorSection
+from ats_train.planning.settings import PlanSection
 
 
 @dataclass

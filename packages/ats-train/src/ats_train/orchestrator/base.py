@@ -1,5 +1,6 @@
 """What every intervention kind is: a trigger on signals, an action on the run, a cooldown and a
-confidence. Kinds are small classes in kinds/; the Orchestrator decides when to ask them.
+confidence. Kinds are small classes in kinds/; the Orchestrator decides when to ask them. A kind
+reads the run through its RunHandle and changes it only by handing it change records (changes.py).
 
 A kind sees only the records gathered since its own last action (so one spike does not fire the
 same kind twice) and reports each change as {"what": [before, after]}, which is logged verbatim.
@@ -9,14 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from ats_train.orchestrator.settings import KindSettings
 from ats_train.orchestrator.signals import Signals, compute_signals
 
 if TYPE_CHECKING:
-    from ats_train.orchestrator.orchestrator import Orchestrator
-    from ats_train.trainer import Trainer
+    from ats_train.orchestrator.handle import RunHandle
 
 
 @dataclass
@@ -56,6 +56,22 @@ def below(value: float, threshold: float) -> float:
 Change = dict[str, list[Any]]  # "what" -> [before, after]
 
 
+class OrchestratorState(Protocol):
+    """What a kind reads and sets of the Orchestrator that asks it (orchestrator.py)."""
+
+    lr_scale: float  # multiplies the schedule's lr
+    stop_requested: bool
+    settings: dict[str, Any]  # dotted config key -> value it was changed to
+    eval_means: list[float]  # window-mean train loss at each evaluation
+    flops_per_token: float
+
+    def reset_window(self) -> None: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any], rewrite_log: bool = True) -> None: ...
+
+
 class Intervention:
     """Base class. Subclasses set `name` (the [orchestrator.<name>] table) and implement check/apply.
 
@@ -69,8 +85,8 @@ class Intervention:
     def __init__(self, settings: KindSettings) -> None:
         self.settings = settings
 
-    def check(self, evidence: Evidence, trainer: Trainer, orch: Orchestrator) -> Trigger | None:
+    def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
         raise NotImplementedError
 
-    def apply(self, evidence: Evidence, trainer: Trainer, orch: Orchestrator) -> Change:
+    def apply(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Change:
         raise NotImplementedError

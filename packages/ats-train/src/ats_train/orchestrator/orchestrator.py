@@ -2,7 +2,7 @@
 each enabled kind whether its trigger holds, and in mode `act` applies the action (in `advise`
 it only logs it; in `off` it is not consulted and the run is exactly the plain trainer's).
 
-Hooks the Trainer calls, in step order:
+Hooks the training loop calls with its RunHandle (handle.py), in step order:
     lr(base)                  lr to use: schedule x lr_scale
     forward_backward(...)     the trainer's forward_backward with OOM recovery around it
     before_update(...)        True = skip this update (loss-spike guard)
@@ -31,9 +31,7 @@ from ats_train.orchestrator.settings import OrchestratorSection
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ats_train.backends import Backend
-    from ats_train.overlap import DeviceSums, StepOutput
-    from ats_train.trainer import Trainer
+    from ats_train.orchestrator.handle import Collectives, RunHandle, StepLoss, StepSums
 
 
 def _local(param: torch.Tensor) -> torch.Tensor:
@@ -41,7 +39,7 @@ def _local(param: torch.Tensor) -> torch.Tensor:
     return param.detach().to_local() if isinstance(param, DTensor) else param.detach()
 
 
-def _global_norm(local: list[torch.Tensor], shards_of: Backend | None) -> float:
+def _global_norm(local: list[torch.Tensor], shards_of: Collectives | None) -> float:
     """The 2-norm of the whole tensors from this rank's parts (_local): one fused launch and one
     host sync; for FSDP2's disjoint shards (shards_of = the backend) one all-reduce of the sum of
     squares, instead of a DTensor dispatch and a collective per parameter."""
@@ -105,49 +103,47 @@ class Orchestrator:
     def lr(self, base: float) -> float:
         return base * self.lr_scale
 
-    def forward_backward(self, trainer: Trainer, x: torch.Tensor, y: torch.Tensor) -> DeviceSums:
+    def forward_backward(self, run: RunHandle, x: torch.Tensor, y: torch.Tensor) -> StepSums:
         while True:
             try:
-                return trainer.forward_backward(x, y)
+                return run.forward_backward(x, y)
             except torch.OutOfMemoryError:
-                if not self._recover_oom(trainer):
+                if not self._recover_oom(run):
                     raise
             # out of the except block: the failed step's frames and activations are released
-            trainer.optimizer.zero_grad(set_to_none=True)
+            run.release_failed_step()
             self._predictor_selected.clear()
-            if trainer.backend.device.type == "cuda":
-                torch.cuda.empty_cache()
 
-    def _recover_oom(self, trainer: Trainer) -> bool:
+    def _recover_oom(self, run: RunHandle) -> bool:
         kind = self.kinds.get("oom")
         if not self.active or kind is None:
             return False
-        record = {"step": trainer.step + 1, "loss": None, "grad_norm": None}
-        return self._decide(kind, trainer, self._evidence([*self.window, record]))
+        record = {"step": run.step + 1, "loss": None, "grad_norm": None}
+        return self._decide(kind, run, self._evidence([*self.window, record]))
 
-    def before_update(self, trainer: Trainer, out: StepOutput) -> bool:
+    def before_update(self, run: RunHandle, out: StepLoss) -> bool:
         """Called between backward and the optimizer step; True = skip this update."""
         if not self.active:
             return False
-        if (trainer.step + 1) % self.config.every == 0:
-            self._snapshot = [_local(p).clone() for p in trainer.raw_model.parameters()]
+        if (run.step + 1) % self.config.every == 0:
+            self._snapshot = [_local(p).clone() for p in run.model.parameters()]
         kind = self.kinds.get("skip_batch")
         if kind is None or not math.isfinite(out.loss):
             return False
         recent = self._since(kind.name)[-self.config.window :]
         if len(recent) < self.config.min_records:
             return False
-        record = {"step": trainer.step + 1, "loss": out.loss, "grad_norm": None}
-        return self._decide(kind, trainer, self._evidence([*recent, record]))
+        record = {"step": run.step + 1, "loss": out.loss, "grad_norm": None}
+        return self._decide(kind, run, self._evidence([*recent, record]))
 
     @torch.no_grad()
-    def annotate(self, trainer: Trainer, record: dict[str, Any]) -> None:
+    def annotate(self, run: RunHandle, record: dict[str, Any]) -> None:
         if not self.active:
             return
-        params = list(trainer.raw_model.parameters())
+        params = list(run.model.parameters())
         # matrices only: what weight decay acts on (norm gains at 1.0 would dominate a tiny model)
         matrices = [p.detach() for p in params if p.ndim >= 2]
-        shards_of = trainer.backend if any(isinstance(p, DTensor) for p in params) else None
+        shards_of = run.collectives if any(isinstance(p, DTensor) for p in params) else None
         if not matrices:
             # DeepSpeed ZeRO-3 leaves each rank empty 1-D placeholders (the values live in its
             # partitions): no parameter norm or update ratio is measured there.
@@ -161,10 +157,11 @@ class Orchestrator:
             before = _global_norm(self._snapshot, shards_of)
             record["update_ratio"] = delta / before if before > 0 else None
         self._snapshot = None
-        if trainer.backend.device.type == "cuda":
+        device = run.collectives.device
+        if device.type == "cuda":
             # max_memory_allocated's value without its flattening of every allocator statistic
             # into a sorted dict (~0.5 ms of host time per step, while the GPU waits)
-            stats = torch.cuda.memory_stats_as_nested_dict(trainer.backend.device)
+            stats = torch.cuda.memory_stats_as_nested_dict(device)
             record["memory_gb"] = stats["allocated_bytes"]["all"]["peak"] / 1e9
         else:  # Linux reports ru_maxrss in KiB
             record["memory_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
@@ -175,14 +172,14 @@ class Orchestrator:
             ]
             self._predictor_selected.clear()
 
-    def after_step(self, trainer: Trainer, record: dict[str, Any]) -> None:
+    def after_step(self, run: RunHandle, record: dict[str, Any]) -> None:
         if not self.active:
             return
         self.window = [*self.window, record][-max(self.config.window, 4 * self.config.every) :]
         rollback = self.kinds.get("rollback")
-        if rollback is not None and self._decide(rollback, trainer, self._evidence([record])):
+        if rollback is not None and self._decide(rollback, run, self._evidence([record])):
             return
-        if trainer.step % self.config.every:
+        if run.step % self.config.every:
             return
         losses = [r["loss"] for r in self.window[-self.config.every :]]
         finite = [v for v in losses if v is not None and math.isfinite(v)]
@@ -199,7 +196,7 @@ class Orchestrator:
                 key = (records[0]["step"], records[-1]["step"], len(records))
                 if key not in shared:
                     shared[key] = self._evidence(records)
-                self._decide(kind, trainer, shared[key])
+                self._decide(kind, run, shared[key])
 
     def observe_val(self, step: int, val_loss: float) -> None:
         if self.active:
@@ -214,17 +211,17 @@ class Orchestrator:
     def _evidence(self, records: list[dict[str, Any]]) -> Evidence:
         return Evidence(records, self.val, self.flops_per_token)
 
-    def _decide(self, kind: Intervention, trainer: Trainer, evidence: Evidence) -> bool:
+    def _decide(self, kind: Intervention, run: RunHandle, evidence: Evidence) -> bool:
         """Check one kind; log a decision when it fires; True when the action was applied."""
         step = evidence.records[-1]["step"]
         last = self.last_fired.get(kind.name)
         if last is not None and step - last < kind.settings.cooldown:
             return False
-        trigger = kind.check(evidence, trainer, self)
+        trigger = kind.check(evidence, run, self)
         if trigger is None or trigger.confidence < kind.settings.min_confidence:
             return False
         act = self.config.mode == "act"
-        change = kind.apply(evidence, trainer, self) if act else {}
+        change = kind.apply(evidence, run, self) if act else {}
         decision = {
             "step": step,
             "kind": kind.name,

@@ -1,7 +1,6 @@
-"""TrainConfig sections owned by the orchestrator: [orchestrator] (mode, cadence, one table per kind),
-[faults] (injected conditions, all off by default) and [plan] (sizing a run by a compute law).
+"""TrainConfig's [orchestrator] section: mode, cadence, one table per intervention kind.
 
-No torch here: config.py imports this module before any input is validated.
+No torch here: the config package imports this module before any input is validated.
 """
 
 from __future__ import annotations
@@ -11,8 +10,6 @@ from dataclasses import dataclass, field, fields
 from ats_train.errors import ConfigError
 
 MODES = ("act", "advise", "off")
-STEPS_FROM = ("config", "tokens_per_param", "flops")
-LAWS = ("approach1", "parametric")
 
 
 def _check(ok: bool, message: str) -> None:
@@ -22,28 +19,195 @@ def _check(ok: bool, message: str) -> None:
 
 @dataclass
 class KindSettings:
-    """One intervention kind's switch and knobs. What threshold / factor / limit / target mean is
-    documented on each kind's class (ats_train.orchestrator.kinds); None = that kind has no use."""
+    """What every intervention kind has: its switch, its cooldown and its confidence floor. Each
+    kind adds its own named knobs below (what they mean: the kind's class in orchestrator/kinds/)."""
 
     enabled: bool = True
     cooldown: int = 10  # steps before this kind may fire again
     min_confidence: float = 0.5  # a trigger weaker than this is not acted on
-    threshold: float = 0.0
-    factor: float = 1.0
-    limit: float | None = None
-    target: float | None = None
 
     def __post_init__(self) -> None:
-        _check(self.cooldown >= 0, f"orchestrator.*.cooldown = {self.cooldown} must be >= 0")
+        _check(self.cooldown >= 0, f"cooldown = {self.cooldown} must be >= 0")
         _check(
             0.0 <= self.min_confidence <= 1.0,
-            f"orchestrator.*.min_confidence = {self.min_confidence} must be in [0, 1]",
+            f"min_confidence = {self.min_confidence} must be in [0, 1]",
         )
-        _check(self.factor > 0.0, f"orchestrator.*.factor = {self.factor} must be > 0")
+        scale = getattr(self, "scale", 1.0)
+        _check(scale > 0.0, f"scale = {scale} must be > 0")
 
 
-def _kind(**values: float | None) -> KindSettings:
-    return field(default_factory=lambda: KindSettings(**values))
+@dataclass
+class LRCutSettings(KindSettings):
+    rise: float = 0.15  # relative loss (or val loss) rise over its best that means divergence
+    scale: float = 0.5  # lr_scale x scale
+    min_lr_scale: float = 0.01  # lr_scale is never cut below this
+
+
+@dataclass
+class LRRewarmSettings(KindSettings):
+    plateau: float = 0.01  # |relative loss change| over the window below this is a plateau
+    scale: float = 2.0  # lr_scale x scale
+    max_lr_ratio: float = 1.0  # the lr never climbs above max_lr_ratio x optim.lr
+
+
+@dataclass
+class GradClipSettings(KindSettings):
+    spike_ratio: float = 20.0  # the window's largest grad norm / its median above this: a spike
+    scale: float = 0.5  # optim.grad_clip x scale
+    min_clip: float = 0.05  # optim.grad_clip is never set below this
+
+
+@dataclass
+class SkipBatchSettings(KindSettings):
+    cooldown: int = 0
+    spike: float = 0.15  # loss above (1 + spike) x the median of the 5 steps before it
+
+
+@dataclass
+class RollbackSettings(KindSettings):
+    cooldown: int = 0
+    scale: float = 0.5  # lr_scale x scale after the reload
+
+
+@dataclass
+class OOMSettings(KindSettings):
+    cooldown: int = 0
+
+
+@dataclass
+class PruneExpertsSettings(KindSettings):
+    min_utilization: float = 0.1  # an expert below this share x n_experts is pruned
+    experts_dropped: int = 1  # experts dropped per MoE layer each time
+
+
+@dataclass
+class SplitExpertSettings(KindSettings):
+    max_utilization: float = 2.5  # an expert above this share x n_experts is split
+    max_experts: int = 16  # never more experts per layer than this
+
+
+@dataclass
+class CapacityFactorSettings(KindSettings):
+    max_dropped: float = 0.1  # share of routed slots dropped above which capacity grows
+    scale: float = 1.25  # capacity_factor x scale
+    max_capacity_factor: float = 4.0
+
+
+@dataclass
+class RouterTemperatureSettings(KindSettings):
+    min_entropy: float = 0.5  # router entropy / ln(E) below this is a collapse
+    scale: float = 1.5  # temperature x scale
+    max_temperature: float = 4.0
+
+
+@dataclass
+class AuxLossWeightsSettings(KindSettings):
+    max_imbalance: float = 1.5  # the most-used expert's utilization - 1 above this: raise moe_lb
+    max_router_z: float = 50.0  # router z-loss above this: raise moe_z
+    scale: float = 2.0  # weight x scale
+    max_weight: float = 1.0
+
+
+@dataclass
+class BiasRateSettings(KindSettings):
+    max_imbalance: float = 1.5  # as aux_loss_weights
+    start_rate: float = 1e-3  # the rate switched on from 0
+    scale: float = 2.0  # a rate already on x scale
+    max_rate: float = 0.01
+
+
+@dataclass
+class ModCapacitySettings(KindSettings):
+    target_capacity: float | None = None  # None: the curriculum is off
+    stable_change: float = 0.05  # relative loss change below this: one step towards the target
+    scale: float = 0.8  # capacity x scale per step (divided when the target is above)
+
+
+@dataclass
+class ModCollapseSettings(KindSettings):
+    min_kept_ratio: float = 0.2  # the predictor keeping less than this x capacity is a collapse
+    scale: float = 2.0  # loss.mod_predictor_weight x scale
+    max_weight: float = 10.0
+
+
+@dataclass
+class WeightDecaySettings(KindSettings):
+    norm_growth: float = 1.5  # parameter norm growing more than this x over the window
+    scale: float = 2.0  # each decayed group's weight_decay x scale
+    max_decay: float = 1.0
+
+
+@dataclass
+class BatchRampSettings(KindSettings):
+    max_batch_size: int | None = None  # None: the ramp is off
+    min_improvement: float = 0.01  # relative loss improvement over the window below this: ramp
+    scale: float = 2.0  # global batch x scale
+
+
+@dataclass
+class EvalCkptFrequencySettings(KindSettings):
+    events: int = 1  # instability events in the window that make the intervals shorter
+    scale: float = 0.5  # train.eval_every and checkpoint.every x scale
+    min_interval: int = 1  # never below this many steps
+
+
+@dataclass
+class EarlyStopSettings(KindSettings):
+    cooldown: int = 0
+    min_delta: float = 0.01  # relative improvement on the best that still counts as progress
+    patience: int = 3  # evaluations without such progress before the run stops
+
+
+# The knobs every kind shared before each had its own names: old key -> new key.
+RENAMED = {
+    f"orchestrator.{kind}.{old}": f"orchestrator.{kind}.{new}"
+    for kind, names in {
+        "lr_cut": {"threshold": "rise", "factor": "scale", "limit": "min_lr_scale"},
+        "lr_rewarm": {"threshold": "plateau", "factor": "scale", "limit": "max_lr_ratio"},
+        "grad_clip": {"threshold": "spike_ratio", "factor": "scale", "limit": "min_clip"},
+        "skip_batch": {"threshold": "spike"},
+        "rollback": {"factor": "scale"},
+        "prune_experts": {"threshold": "min_utilization", "limit": "experts_dropped"},
+        "split_expert": {"threshold": "max_utilization", "limit": "max_experts"},
+        "capacity_factor": {
+            "threshold": "max_dropped",
+            "factor": "scale",
+            "limit": "max_capacity_factor",
+        },
+        "router_temperature": {
+            "threshold": "min_entropy",
+            "factor": "scale",
+            "limit": "max_temperature",
+        },
+        "aux_loss_weights": {
+            "threshold": "max_imbalance",
+            "factor": "scale",
+            "limit": "max_weight",
+            "target": "max_router_z",
+        },
+        "bias_rate": {
+            "threshold": "max_imbalance",
+            "factor": "scale",
+            "limit": "max_rate",
+            "target": "start_rate",
+        },
+        "mod_capacity": {
+            "threshold": "stable_change",
+            "factor": "scale",
+            "target": "target_capacity",
+        },
+        "mod_collapse": {"threshold": "min_kept_ratio", "factor": "scale", "limit": "max_weight"},
+        "weight_decay": {"threshold": "norm_growth", "factor": "scale", "limit": "max_decay"},
+        "batch_ramp": {
+            "threshold": "min_improvement",
+            "factor": "scale",
+            "target": "max_batch_size",
+        },
+        "eval_ckpt_frequency": {"threshold": "events", "factor": "scale", "limit": "min_interval"},
+        "early_stop": {"threshold": "min_delta", "limit": "patience"},
+    }.items()
+    for old, new in names.items()
+}
 
 
 @dataclass
@@ -54,24 +218,26 @@ class OrchestratorSection:
     window: int = 20  # train records the signals are computed over
     min_records: int = 8  # no every-N kind fires before the window holds this many records
     # Per kind: see the class of the same name in ats_train.orchestrator.kinds.
-    lr_cut: KindSettings = _kind(threshold=0.15, factor=0.5, limit=0.01)
-    lr_rewarm: KindSettings = _kind(threshold=0.01, factor=2.0, limit=1.0, cooldown=10)
-    grad_clip: KindSettings = _kind(threshold=20.0, factor=0.5, limit=0.05)
-    skip_batch: KindSettings = _kind(threshold=0.15, cooldown=0)
-    rollback: KindSettings = _kind(factor=0.5, cooldown=0)
-    oom: KindSettings = _kind(cooldown=0)
-    prune_experts: KindSettings = _kind(threshold=0.1, limit=1.0)
-    split_expert: KindSettings = _kind(threshold=2.5, limit=16.0)
-    capacity_factor: KindSettings = _kind(threshold=0.1, factor=1.25, limit=4.0)
-    router_temperature: KindSettings = _kind(threshold=0.5, factor=1.5, limit=4.0)
-    aux_loss_weights: KindSettings = _kind(threshold=1.5, factor=2.0, limit=1.0)
-    bias_rate: KindSettings = _kind(threshold=1.5, factor=2.0, limit=0.01, target=1e-3)
-    mod_capacity: KindSettings = _kind(threshold=0.05, factor=0.8)
-    mod_collapse: KindSettings = _kind(threshold=0.2, factor=2.0, limit=10.0)
-    weight_decay: KindSettings = _kind(threshold=1.5, factor=2.0, limit=1.0)
-    batch_ramp: KindSettings = _kind(threshold=0.01, factor=2.0)
-    eval_ckpt_frequency: KindSettings = _kind(threshold=1.0, factor=0.5, limit=1.0)
-    early_stop: KindSettings = _kind(threshold=0.01, limit=3.0, cooldown=0)
+    lr_cut: LRCutSettings = field(default_factory=LRCutSettings)
+    lr_rewarm: LRRewarmSettings = field(default_factory=LRRewarmSettings)
+    grad_clip: GradClipSettings = field(default_factory=GradClipSettings)
+    skip_batch: SkipBatchSettings = field(default_factory=SkipBatchSettings)
+    rollback: RollbackSettings = field(default_factory=RollbackSettings)
+    oom: OOMSettings = field(default_factory=OOMSettings)
+    prune_experts: PruneExpertsSettings = field(default_factory=PruneExpertsSettings)
+    split_expert: SplitExpertSettings = field(default_factory=SplitExpertSettings)
+    capacity_factor: CapacityFactorSettings = field(default_factory=CapacityFactorSettings)
+    router_temperature: RouterTemperatureSettings = field(default_factory=RouterTemperatureSettings)
+    aux_loss_weights: AuxLossWeightsSettings = field(default_factory=AuxLossWeightsSettings)
+    bias_rate: BiasRateSettings = field(default_factory=BiasRateSettings)
+    mod_capacity: ModCapacitySettings = field(default_factory=ModCapacitySettings)
+    mod_collapse: ModCollapseSettings = field(default_factory=ModCollapseSettings)
+    weight_decay: WeightDecaySettings = field(default_factory=WeightDecaySettings)
+    batch_ramp: BatchRampSettings = field(default_factory=BatchRampSettings)
+    eval_ckpt_frequency: EvalCkptFrequencySettings = field(
+        default_factory=EvalCkptFrequencySettings
+    )
+    early_stop: EarlyStopSettings = field(default_factory=EarlyStopSettings)
 
     def __post_init__(self) -> None:
         _check(self.mode in MODES, f"orchestrator.mode = {self.mode!r} is not one of {MODES}")
@@ -83,66 +249,8 @@ class OrchestratorSection:
         )
 
     def kinds(self) -> dict[str, KindSettings]:
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.type == "KindSettings"}
-
-
-@dataclass
-class FaultsSection:
-    """Conditions injected into a real run, for tests and drills. Steps are 1-based optimizer steps
-    (the "step" of metrics.jsonl); None = off. Each fault fires once per process."""
-
-    nan_grad_at_step: int | None = None  # one gradient element set to NaN after backward
-    loss_spike_at_step: int | None = None  # that batch's targets replaced by random tokens
-    grad_spike_at_step: int | None = None  # gradients multiplied by grad_spike_factor
-    grad_spike_factor: float = 1000.0
-    oom_at_step: int | None = None  # from this step, a micro-batch > oom_max_micro_batch OOMs
-    oom_max_micro_batch: int = 1
-    routing_collapse_at_step: int | None = (
-        None  # every MoE router sends all tokens to top_k experts
-    )
-    router_sharpen_at_step: int | None = None  # router weights x router_sharpen_factor
-    router_sharpen_factor: float = 1000.0
-    mod_collapse_at_step: int | None = None  # MoD causal predictors pushed to "skip every token"
-    weight_growth_at_step: int | None = None  # every weight matrix x weight_growth_factor
-    weight_growth_factor: float = 3.0
-    plateau_at_step: int | None = None  # from this step the lr is x plateau_lr_factor (stalled)
-    plateau_lr_factor: float = 1e-4
-    diverge_at_step: int | None = None  # from this step the lr is x diverge_lr_factor
-    diverge_lr_factor: float = 30.0
-
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name.endswith("_at_step") and value is not None:
-                _check(value >= 1, f"faults.{f.name} = {value} must be >= 1")
-        _check(self.oom_max_micro_batch >= 1, "faults.oom_max_micro_batch must be >= 1")
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name.endswith("_factor"):
-                _check(value > 0, f"faults.{f.name} = {value} must be > 0")
-
-
-@dataclass
-class PlanSection:
-    """How train.steps is chosen. config: as given. tokens_per_param: D = tokens_per_param x N
-    (N = active parameters; Hoffmann et al. 2022: about 20). flops: D = plan.flops / the model's
-    training FLOPs per token. Either way steps = ceil(D / (batch_size x seq_len))."""
-
-    steps_from: str = "config"
-    tokens_per_param: float = 20.0
-    flops: float | None = None
-    law: str = "approach1"  # compute-optimal law that `ats-train plan` reports (chinchilla.py)
-
-    def __post_init__(self) -> None:
-        _check(
-            self.steps_from in STEPS_FROM,
-            f"plan.steps_from = {self.steps_from!r} is not one of {STEPS_FROM}",
-        )
-        _check(self.tokens_per_param > 0, f"plan.tokens_per_param = {self.tokens_per_param} <= 0")
-        _check(self.law in LAWS, f"plan.law = {self.law!r} is not one of {LAWS}")
-        if self.flops is not None:
-            _check(self.flops > 0, f"plan.flops = {self.flops} must be > 0")
-        _check(
-            self.steps_from != "flops" or self.flops is not None,
-            "plan.steps_from = 'flops' needs plan.flops",
-        )
+        return {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if isinstance(getattr(self, f.name), KindSettings)
+        }

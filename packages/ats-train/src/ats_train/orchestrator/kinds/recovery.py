@@ -3,14 +3,27 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-from ats_train.checkpoint import checkpoint_step, latest_checkpoint
-from ats_train.orchestrator.base import Change, Evidence, Intervention, Trigger, above
+from ats_train.checkpoint import checkpoint_step
+from ats_train.orchestrator.base import (
+    Change,
+    Evidence,
+    Intervention,
+    OrchestratorState,
+    Trigger,
+    above,
+)
+from ats_train.orchestrator.changes import Rollback as RollbackTo
+from ats_train.orchestrator.changes import SkipUpdate, SplitMicroBatch
 from ats_train.orchestrator.signals import loss_spike_ratio
+
+if TYPE_CHECKING:
+    from ats_train.orchestrator.handle import RunHandle
 
 
 class SkipBatch(Intervention):
-    """Loss spike: this step's loss is (1 + threshold) x the median of the 5 steps before it.
+    """Loss spike: this step's loss is (1 + `spike`) x the median of the 5 steps before it.
     Action: the update is not taken (the gradients are dropped, the optimizer does not step); the
     batch is consumed."""
 
@@ -18,8 +31,8 @@ class SkipBatch(Intervention):
     action = "skip this update"
     guard = True
 
-    def check(self, evidence: Evidence, trainer, orch) -> Trigger | None:
-        ratio, t = loss_spike_ratio(evidence.records), self.settings.threshold
+    def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
+        ratio, t = loss_spike_ratio(evidence.records), self.settings.spike
         if ratio is None or ratio <= 1.0 + t:
             return None
         return Trigger(
@@ -27,36 +40,36 @@ class SkipBatch(Intervention):
             above(ratio - 1.0, t),
         )
 
-    def apply(self, evidence: Evidence, trainer, orch) -> Change:
-        trainer.optimizer.zero_grad(set_to_none=True)
+    def apply(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Change:
+        run.apply(SkipUpdate())
         return {"update": ["step", "skipped"]}
 
 
 class Rollback(Intervention):
     """NaN / inf: this step's loss or grad norm is not finite. Action: reload the latest checkpoint
-    (model, optimizer, loader, RNG, knobs; the decision history is kept) and lr_scale x factor.
+    (model, optimizer, loader, RNG, knobs; the decision history is kept) and lr_scale x `scale`.
     Without a checkpoint there is nothing to roll back to and the guard does not fire."""
 
     name = "rollback"
     action = "reload the latest checkpoint, lr_scale x factor"
     guard = True
 
-    def check(self, evidence: Evidence, trainer, orch) -> Trigger | None:
+    def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
         record = evidence.records[-1]
         bad = [k for k in ("loss", "grad_norm") if not math.isfinite(record[k] or 0.0)]
-        if not bad or latest_checkpoint(trainer.run_dir) is None:
+        if not bad or run.latest_checkpoint() is None:
             return None
         return Trigger(f"non-finite {' and '.join(bad)} at step {record['step']}", 1.0)
 
-    def apply(self, evidence: Evidence, trainer, orch) -> Change:
-        path = latest_checkpoint(trainer.run_dir)
+    def apply(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Change:
+        path = run.latest_checkpoint()
         assert path is not None  # check() found it
-        before_step, before_scale = trainer.step, orch.lr_scale
+        before_step, before_scale = run.step, orch.lr_scale
         keep = orch.state_dict()
-        trainer.load(path)  # restores the checkpoint's orchestrator state: put ours back
+        run.apply(RollbackTo(path))  # restores the checkpoint's orchestrator state: put ours back
         orch.load_state_dict(keep)  # and decisions.jsonl rewritten to it
         orch.reset_window()
-        orch.lr_scale = before_scale * self.settings.factor
+        orch.lr_scale = before_scale * self.settings.scale
         evidence.records[-1]["rolled_back"] = True  # the loop neither evaluates nor saves it
         return {
             "step": [before_step, checkpoint_step(path)],
@@ -73,18 +86,18 @@ class OOMRecovery(Intervention):
     action = "halve the micro-batch, retry the step"
     guard = True
 
-    def check(self, evidence: Evidence, trainer, orch) -> Trigger | None:
-        micro = trainer.batch.micro_batch
+    def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
+        micro = run.batch.micro_batch
         if micro <= 1:
             return None
         return Trigger(f"out of memory at micro-batch {micro}", 1.0)
 
-    def apply(self, evidence: Evidence, trainer, orch) -> Change:
-        before, trainer.batch = trainer.batch, trainer.batch.with_micro_batch_halved()
-        after = trainer.batch.micro_batch
-        trainer.config.train.micro_batch_size = after
+    def apply(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Change:
+        before = run.batch
+        after = before.with_micro_batch_halved().micro_batch
+        run.apply(SplitMicroBatch(after))
         orch.settings["train.micro_batch_size"] = after
         return {
             "train.micro_batch_size": [before.micro_batch, after],
-            "accumulation": [before.accumulation, trainer.batch.accumulation],
+            "accumulation": [before.accumulation, run.batch.accumulation],
         }

@@ -4,60 +4,49 @@ from __future__ import annotations
 
 import math
 import statistics
+from typing import TYPE_CHECKING
 
-from ats_data.loader import TokenLoader
+from ats_train.orchestrator.base import (
+    Change,
+    Evidence,
+    Intervention,
+    OrchestratorState,
+    Trigger,
+    above,
+)
+from ats_train.orchestrator.changes import SetBatchSize, SetCadence
+from ats_train.orchestrator.convergence import ConvergenceDetector
 
-from ats_train.orchestrator.base import Change, Evidence, Intervention, Trigger, above
-from ats_train.orchestrator.chinchilla import ConvergenceDetector
+if TYPE_CHECKING:
+    from ats_train.orchestrator.handle import RunHandle
 
 
 class BatchRamp(Intervention):
-    """Batch-size ramp (off while `target` is None; GPT-3's ramp, Brown et al. 2020, made
-    adaptive): when the loss stops improving by more than `threshold` over the window, the global
-    batch x factor up to `target`. The micro-batch stays, so accumulation grows; the loader is
-    rebuilt at the same position in the same data order."""
+    """Batch-size ramp (off while `max_batch_size` is None; GPT-3's ramp, Brown et al. 2020, made
+    adaptive): when the loss stops improving by more than `min_improvement` over the window, the
+    global batch x `scale` up to `max_batch_size`. The micro-batch stays, so accumulation grows; the
+    loader is rebuilt at the same position in the same data order."""
 
     name = "batch_ramp"
     action = "global batch x factor"
 
-    def check(self, evidence: Evidence, trainer, orch) -> Trigger | None:
-        s, target = evidence.signals, self.settings.target
-        if target is None or trainer.config.train.batch_size * self.settings.factor > target:
+    def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
+        s, target = evidence.signals, self.settings.max_batch_size
+        if target is None or run.setting("train.batch_size") * self.settings.scale > target:
             return None
-        if s.loss_rel_change is None or s.loss_rel_change <= -self.settings.threshold:
+        if s.loss_rel_change is None or s.loss_rel_change <= -self.settings.min_improvement:
             return None
         return Trigger(f"loss moved {s.loss_rel_change:+.2%}: gradient noise dominates", 1.0)
 
-    def apply(self, evidence: Evidence, trainer, orch) -> Change:
-        train, old = trainer.config.train, trainer.train_loader
-        before = trainer.batch
-        trainer.batch = before.with_global_batch(int(before.global_batch * self.settings.factor))
-        train.batch_size, train.micro_batch_size = (
-            trainer.batch.global_batch,
-            trainer.batch.micro_batch,
-        )
-        loader = TokenLoader(
-            old.dataset,
-            old.split,
-            trainer.batch.per_rank,
-            old.seq_len,
-            seed=old.seed,
-            rank=old.rank,
-            world_size=old.world_size,
-            mode=old.mode,
-        )
-        consumed = old.step * old.global_batch  # windows of this epoch already used
-        state = loader.state_dict()
-        step = math.ceil(consumed / loader.global_batch)
-        epoch = old.epoch + (1 if step >= loader.steps_per_epoch else 0)
-        state.update(epoch=epoch, step=0 if step >= loader.steps_per_epoch else step)
-        loader.load_state_dict(state)
-        trainer.train_loader = loader
-        orch.settings["train.batch_size"] = train.batch_size
-        orch.settings["train.micro_batch_size"] = trainer.batch.micro_batch
+    def apply(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Change:
+        before = run.batch
+        after = before.with_global_batch(int(before.global_batch * self.settings.scale))
+        run.apply(SetBatchSize(after.global_batch, after.micro_batch))
+        orch.settings["train.batch_size"] = after.global_batch
+        orch.settings["train.micro_batch_size"] = after.micro_batch
         return {
-            "train.batch_size": [before.global_batch, train.batch_size],
-            "accumulation": [before.accumulation, trainer.batch.accumulation],
+            "train.batch_size": [before.global_batch, after.global_batch],
+            "accumulation": [before.accumulation, after.accumulation],
         }
 
 
@@ -82,57 +71,56 @@ def instability_events(records: list[dict]) -> int:
 
 
 class EvalCkptFrequency(Intervention):
-    """Instability: `threshold` or more instability events (see instability_events) in the window.
-    Action: train.eval_every and checkpoint.every x factor (>= limit), so a bad turn is seen
-    sooner and a rollback loses less."""
+    """Instability: `events` or more instability events (see instability_events) in the window.
+    Action: train.eval_every and checkpoint.every x `scale` (>= `min_interval`), so a bad turn is
+    seen sooner and a rollback loses less."""
 
     name = "eval_ckpt_frequency"
     action = "eval and checkpoint intervals x factor"
 
-    def check(self, evidence: Evidence, trainer, orch) -> Trigger | None:
+    def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
         events = instability_events(evidence.records)
-        if events < self.settings.threshold:
+        if events < self.settings.events:
             return None
-        config, floor = trainer.config, max(1, int(self.settings.limit))
-        if config.train.eval_every in (0, floor) and config.checkpoint.every in (0, floor):
+        floor = max(1, self.settings.min_interval)
+        eval_every, ckpt_every = run.setting("train.eval_every"), run.setting("checkpoint.every")
+        if eval_every in (0, floor) and ckpt_every in (0, floor):
             return None
         return Trigger(
-            f"{events} instability events in the window", above(events, self.settings.threshold)
+            f"{events} instability events in the window", above(events, self.settings.events)
         )
 
-    def apply(self, evidence: Evidence, trainer, orch) -> Change:
-        floor, change = max(1, int(self.settings.limit)), {}
-        for section, attr, key in (
-            (trainer.config.train, "eval_every", "train.eval_every"),
-            (trainer.config.checkpoint, "every", "checkpoint.every"),
-        ):
-            before = getattr(section, attr)
+    def apply(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Change:
+        floor, change, after = max(1, self.settings.min_interval), {}, {}
+        for key in ("train.eval_every", "checkpoint.every"):
+            before = after[key] = run.setting(key)
             if before:
-                setattr(section, attr, max(floor, int(before * self.settings.factor)))
-                orch.settings[key] = getattr(section, attr)
-                change[key] = [before, getattr(section, attr)]
+                after[key] = max(floor, int(before * self.settings.scale))
+                orch.settings[key] = after[key]
+                change[key] = [before, after[key]]
+        run.apply(SetCadence(after["train.eval_every"], after["checkpoint.every"]))
         return change
 
 
 class EarlyStop(Intervention):
-    """Convergence (chinchilla.ConvergenceDetector): the window-mean train loss of the last
-    `limit` evaluations improved on the best before them by less than `threshold` (relative).
+    """Convergence (convergence.ConvergenceDetector): the window-mean train loss of the last
+    `patience` evaluations improved on the best before them by less than `min_delta` (relative).
     Action: the run stops after this step, with its final evaluation and checkpoint."""
 
     name = "early_stop"
     action = "stop the run after this step"
 
-    def check(self, evidence: Evidence, trainer, orch) -> Trigger | None:
-        detector = ConvergenceDetector(self.settings.threshold, int(self.settings.limit))
+    def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
+        detector = ConvergenceDetector(self.settings.min_delta, self.settings.patience)
         if not detector.converged(orch.eval_means):
             return None
         recent = orch.eval_means[-detector.patience :]
         return Trigger(
             f"loss {min(recent):.4f} over {detector.patience} evaluations, no better than "
-            f"{min(orch.eval_means[: -detector.patience]):.4f} by {self.settings.threshold:.1%}",
+            f"{min(orch.eval_means[: -detector.patience]):.4f} by {self.settings.min_delta:.1%}",
             1.0,
         )
 
-    def apply(self, evidence: Evidence, trainer, orch) -> Change:
+    def apply(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Change:
         orch.stop_requested = True
-        return {"stop": [False, True], "train.steps": [trainer.config.train.steps, trainer.step]}
+        return {"stop": [False, True], "train.steps": [run.setting("train.steps"), run.step]}

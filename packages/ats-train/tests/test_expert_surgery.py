@@ -5,7 +5,7 @@ import copy
 
 import torch
 from ats_model import build_model, presets
-from ats_train.orchestrator.expert_surgery import prune_experts, split_experts
+from ats_train.expert_surgery import prune_experts, split_experts
 
 NAMES = ("router.weight", "experts.w1", "experts.w3", "experts.w2")
 

@@ -8,14 +8,12 @@ each fires once per process (a rollback that replays the step does not replay th
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
+from torch import nn
 
-from ats_train.orchestrator.settings import FaultsSection
-
-if TYPE_CHECKING:
-    from ats_train.trainer import Trainer
+from ats_train.faults.settings import FaultsSection
 
 COLLAPSE_BIAS = 100.0  # added to the chosen experts' selection bias: nothing else is ever picked
 
@@ -70,10 +68,9 @@ class Faults:
         return factor
 
     @torch.no_grad()
-    def before_step(self, trainer: Trainer) -> None:
-        step = trainer.step + 1
+    def before_step(self, step: int, model: nn.Module) -> None:
+        """Before 1-based step `step`: the model's weights drilled as configured."""
         self._step = step
-        model = trainer.raw_model
         if self._due("routing_collapse", step):
             for layer in model.moe_layers():
                 layer.expert_bias[: layer.top_k] += COLLAPSE_BIAS
@@ -101,12 +98,12 @@ class Faults:
         return x, torch.randint(0, vocab, y.shape, generator=generator)
 
     @torch.no_grad()
-    def after_backward(self, trainer: Trainer) -> None:
-        step = trainer.step + 1
+    def after_backward(self, step: int, model: nn.Module) -> None:
+        """After step `step`'s backward: its gradients drilled as configured."""
         nan_grad, grad_spike = self._due("nan_grad", step), self._due("grad_spike", step)
         if not (nan_grad or grad_spike):
             return  # the common case: no parameter walk on the host between backward and step
-        grads = [p.grad for p in trainer.raw_model.parameters() if p.grad is not None]
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
         if nan_grad:
             grads[0].view(-1)[0] = float("nan")
         if grad_spike:

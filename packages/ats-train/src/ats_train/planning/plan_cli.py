@@ -6,13 +6,13 @@ import argparse
 import math
 
 from ats_train.errors import ConfigError
-from ats_train.orchestrator.chinchilla import (
+from ats_train.planning.chinchilla import (
     TOKENS_PER_PARAM,
     compute_optimal,
     describe,
     steps_for_tokens,
 )
-from ats_train.orchestrator.settings import LAWS
+from ats_train.planning.settings import LAWS
 
 
 def plan_parser() -> argparse.ArgumentParser:

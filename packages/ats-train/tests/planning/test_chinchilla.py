@@ -3,8 +3,8 @@
 import math
 
 import pytest
-from ats_train.orchestrator.chinchilla import (
-    ConvergenceDetector,
+from ats_train.orchestrator.convergence import ConvergenceDetector
+from ats_train.planning.chinchilla import (
     compute_optimal,
     run_steps,
     steps_for_tokens,
@@ -48,7 +48,7 @@ def test_parametric_optimum_minimizes_the_loss_along_the_budget() -> None:
     plan = compute_optimal(1e21, "parametric")
     for scale in (0.5, 0.8, 1.25, 2.0):
         n = plan.params * scale
-        from ats_train.orchestrator.chinchilla import parametric_loss
+        from ats_train.planning.chinchilla import parametric_loss
 
         assert parametric_loss(n, 1e21 / (6 * n)) > plan.loss
 

@@ -1,5 +1,5 @@
 """Chinchilla budgeting (Hoffmann et al. 2022, arXiv:2203.15556): tokens per parameter, the
-compute-optimal model size for a FLOP budget, a convergence detector, and FLOP accounting.
+compute-optimal model size for a FLOP budget, and the steps a token budget needs.
 
 Training compute C = 6 N D (N parameters, D tokens). Two laws:
 - "approach1" (default): N_opt = G * C^0.5, D_opt = C / (6 N_opt), the paper's approach 1
@@ -67,26 +67,6 @@ def token_budget(params: float, tokens_per_param: float = TOKENS_PER_PARAM) -> f
 
 def steps_for_tokens(tokens: float, batch_size: int, seq_len: int) -> int:
     return max(1, math.ceil(tokens / (batch_size * seq_len)))
-
-
-class ConvergenceDetector:
-    """Converged when the best loss seen has not improved by more than `min_delta` (relative) over
-    the last `patience` observations (early stopping as in Prechelt 1998, on a relative delta),
-    and has not risen either: a loss climbing away from its best is diverging, not converged."""
-
-    def __init__(self, min_delta: float, patience: int) -> None:
-        if patience < 1:
-            raise ValueError(f"ConvergenceDetector: patience = {patience} must be >= 1")
-        self.min_delta = min_delta
-        self.patience = patience
-
-    def converged(self, losses: list[float]) -> bool:
-        if len(losses) <= self.patience:
-            return False
-        best_before = min(losses[: -self.patience])
-        recent = losses[-self.patience :]
-        flat = max(recent) <= best_before * (1.0 + 3.0 * self.min_delta)
-        return min(recent) > best_before * (1.0 - self.min_delta) and flat
 
 
 def describe(plan: Plan) -> list[str]:
