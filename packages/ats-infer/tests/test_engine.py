@@ -61,6 +61,26 @@ def test_seeds_are_0_to_2_pow_64_minus_1(trained_dense_dir, engine) -> None:
     assert top == "".join(eng.generate("x", seed=2**64 - 1, **kwargs))  # seeded: repeatable
 
 
+@pytest.mark.parametrize("engine", ["torch", "native"])
+def test_sampling_settings_out_of_range_are_named(trained_dense_dir, engine) -> None:
+    """max_new_tokens = 2**40 reached the binding's int32 conversion as a TypeError traceback."""
+    if engine == "native":
+        pytest.importorskip("ats_native")
+    eng = load_engine(trained_dense_dir, engine, threads=1)
+    good = dict(max_new_tokens=2, temperature=1.0, top_k=None, top_p=None, seed=1, stop=[])
+    bad = [
+        ("max_new_tokens", 2**40, r"max_new_tokens = 1099511627776: expected an integer 0 to"),
+        ("max_new_tokens", -1, r"max_new_tokens = -1: expected an integer 0 to"),
+        ("top_k", 2**31, r"top_k = 2147483648: expected an integer 0 to 2147483647"),
+        ("temperature", float("nan"), r"temperature = nan: expected a finite number >= 0"),
+        ("top_p", 0.0, r"top_p = 0.0: expected a number in \(0, 1\]"),
+    ]
+    for name, value, message in bad:
+        with pytest.raises(ValueError, match=message):
+            list(eng.generate("x", **{**good, name: value}))
+    assert "".join(eng.generate("x", **good)) == "".join(eng.generate("x", **good))
+
+
 def test_torch_engine_streams_text(trained_dense_dir) -> None:
     eng = load_engine(trained_dense_dir, "torch", threads=1)
     pieces = list(

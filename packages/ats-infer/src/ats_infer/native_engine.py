@@ -7,7 +7,7 @@ from pathlib import Path
 import ats_native
 from ats_tokenizer import Tokenizer
 
-from ats_infer.engine_args import check_seed, check_threads
+from ats_infer.engine_args import check_sampling, check_seed, check_threads
 from ats_infer.tensor_files import TOKENIZER_FILE
 from ats_infer.text_stream import encode_prompt, stream_text
 
@@ -40,6 +40,7 @@ class NativeEngine:
     ) -> Iterator[str]:
         """Yield text pieces as the runtime yields tokens; stops at <|endoftext|> or a stop string."""
         check_seed(seed)
+        check_sampling(max_new_tokens, temperature, top_k, top_p)
         ids = encode_prompt(self.tokenizer, prompt, self.model.vocab_size)
         eos = self.tokenizer.eos_id
         tokens = self.model.generate(

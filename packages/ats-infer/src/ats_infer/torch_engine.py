@@ -7,7 +7,7 @@ import torch
 from ats_model import generate, load_pretrained
 from ats_tokenizer import Tokenizer
 
-from ats_infer.engine_args import check_seed, check_threads
+from ats_infer.engine_args import check_sampling, check_seed, check_threads
 from ats_infer.text_stream import encode_prompt, stream_text
 from ats_infer.torch_batch import TorchBatch
 
@@ -44,6 +44,7 @@ class TorchEngine:
     ) -> Iterator[str]:
         """Yield text pieces as tokens come; never splits a UTF-8 character."""
         check_seed(seed)
+        check_sampling(max_new_tokens, temperature, top_k, top_p)
         ids = encode_prompt(self.tokenizer, prompt, self.model.config.vocab_size)
         idx = torch.tensor([ids], dtype=torch.long, device=self.device)
         out = generate(
