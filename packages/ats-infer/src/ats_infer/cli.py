@@ -3,17 +3,20 @@
     ats-infer generate MODEL_DIR --prompt TEXT [--engine auto|native|torch] [--threads N] ...
     ats-infer quantize MODEL_DIR --bits 8|4 [--group-size 32|64|128] --out DIR [--force]
     ats-infer export-gguf MODEL_DIR --out FILE [--outtype f32|f16|q8_0|q4_0] [--force]
+    ats-infer eval-ppl MODEL_DIR --data FILE|stdlib [--engine ...] [--seq-len N] [--json]
 
 Bad input ends with one line on stderr and exit status 1 (argparse usage errors: 2). An existing
 non-empty --out is replaced only with --force, and never when it is (or holds) an input.
 """
 
 import argparse
+import json
 import logging
 import sys
 
 from ats_infer.engine import ENGINES, load_engine
 from ats_infer.gguf_export import OUTTYPES, export_gguf
+from ats_infer.perplexity import DEFAULT_MAX_TOKENS, DEFAULT_VAL_FRACTION, eval_ppl
 from ats_infer.quant_spec import GROUP_SIZES
 from ats_infer.quantize import quantize_model_dir
 
@@ -50,6 +53,25 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--out", required=True, help="GGUF file to write")
     export.add_argument("--outtype", choices=tuple(OUTTYPES), default="f32")
     export.add_argument("--force", action="store_true", help="replace an existing --out file")
+
+    ppl = commands.add_parser("eval-ppl", help="perplexity and bits per byte on held-out text")
+    ppl.add_argument("model_dir", help="model directory, float or quantized")
+    ppl.add_argument("--data", required=True, help="text source: a file, folder, glob or stdlib")
+    ppl.add_argument(
+        "--val-fraction",
+        type=float,
+        default=DEFAULT_VAL_FRACTION,
+        help="ats-data's split: the held-out documents (ats-train's data.val_fraction)",
+    )
+    ppl.add_argument("--seq-len", type=int, default=None, help="window (min(max_seq_len, 1024))")
+    ppl.add_argument(
+        "--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, help="tokens scored (0 = all)"
+    )
+    ppl.add_argument("--batch-size", type=int, default=8, help="windows per forward")
+    ppl.add_argument("--engine", choices=ENGINES, default="auto")
+    ppl.add_argument("--threads", type=int, default=0, help="compute threads (0 = all cores)")
+    ppl.add_argument("--device", default="cpu", help="torch engine only")
+    ppl.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
 
@@ -82,6 +104,28 @@ def _export_gguf(args: argparse.Namespace) -> None:
     print(f"wrote {args.outtype} GGUF {out}")
 
 
+def _eval_ppl(args: argparse.Namespace) -> None:
+    result = eval_ppl(
+        args.model_dir,
+        args.data,
+        engine=args.engine,
+        seq_len=args.seq_len,
+        max_tokens=args.max_tokens,
+        val_fraction=args.val_fraction,
+        batch_size=args.batch_size,
+        threads=args.threads,
+        device=args.device,
+    )
+    if args.json:
+        print(json.dumps(result))
+        return
+    print(
+        f"ppl {result['ppl']:.4f} | bits/byte {result['bits_per_byte']:.4f} | "
+        f"{result['tokens']} tokens ({result['bytes']} bytes, {result['documents']} documents, "
+        f"windows of {result['seq_len']}) | engine {result['engine']}"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler = logging.StreamHandler()  # our own choices (e.g. the engine) on stderr, no others'
@@ -89,7 +133,12 @@ def main(argv: list[str] | None = None) -> int:
     logger = logging.getLogger("ats_infer")
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
-    command = {"generate": _generate, "quantize": _quantize, "export-gguf": _export_gguf}
+    command = {
+        "generate": _generate,
+        "quantize": _quantize,
+        "export-gguf": _export_gguf,
+        "eval-ppl": _eval_ppl,
+    }
     try:
         command[args.command](args)
     except (OSError, ValueError, RuntimeError) as err:

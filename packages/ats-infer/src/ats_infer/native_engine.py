@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import ats_native
+import numpy as np
 from ats_tokenizer import Tokenizer
 
 from ats_infer.tensor_files import TOKENIZER_FILE
@@ -20,6 +21,10 @@ class NativeEngine:
             raise ValueError(f"threads = {threads} must be >= 0 (0 = all cores)")
         self.tokenizer = Tokenizer.load(tokenizer_path)
         self.model = ats_native.Model(str(model_dir), threads=threads)
+
+    def logits(self, ids: np.ndarray) -> np.ndarray:
+        """Float32 logits (B, T, V) of fresh sequences ids (B, T)."""
+        return self.model.logits(ids)
 
     def generate(
         self,

@@ -3,6 +3,7 @@
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import torch
 from ats_model import generate, load_pretrained
 from ats_tokenizer import Tokenizer
@@ -23,6 +24,12 @@ class TorchEngine:
         self.model = load_pretrained(model_dir, device=device)
         self.model.eval()
         self.device = device
+
+    def logits(self, ids: np.ndarray) -> np.ndarray:
+        """Float32 logits (B, T, V) of fresh sequences ids (B, T)."""
+        with torch.no_grad():
+            idx = torch.from_numpy(np.ascontiguousarray(ids, dtype=np.int64)).to(self.device)
+            return self.model(idx).logits.float().cpu().numpy()
 
     def generate(
         self,
