@@ -2,6 +2,7 @@
 
     ats-infer generate MODEL_DIR --prompt TEXT [--engine auto|native|torch] [--threads N] ...
     ats-infer quantize MODEL_DIR --bits 8|4 [--group-size 32|64|128] --out DIR [--force]
+                       [--method rtn|gptq] [--calib FILE|stdlib] [--calib-samples N]
     ats-infer export-gguf MODEL_DIR --out FILE [--outtype f32|f16|q8_0|q4_0] [--force]
     ats-infer eval-ppl MODEL_DIR --data FILE|stdlib [--engine ...] [--seq-len N] [--json]
 
@@ -17,7 +18,7 @@ import sys
 from ats_infer.engine import ENGINES, load_engine
 from ats_infer.gguf_export import OUTTYPES, export_gguf
 from ats_infer.perplexity import DEFAULT_MAX_TOKENS, DEFAULT_VAL_FRACTION, eval_ppl
-from ats_infer.quant_spec import GROUP_SIZES
+from ats_infer.quant_spec import GROUP_SIZES, QUANT_METHODS
 from ats_infer.quantize import quantize_model_dir
 
 
@@ -47,6 +48,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     quant.add_argument("--out", required=True, help="new directory for the quantized model")
     quant.add_argument("--force", action="store_true", help="replace an existing --out directory")
+    quant.add_argument(
+        "--method",
+        choices=QUANT_METHODS,
+        default="rtn",
+        help="rtn: round to nearest (no data); gptq: GPTQ on --calib text (native layout)",
+    )
+    quant.add_argument("--calib", help="gptq: calibration text (file, folder, glob or stdlib)")
+    quant.add_argument("--calib-samples", type=int, default=128, help="gptq: windows of 256")
+    quant.add_argument("--act-order", action="store_true", help="gptq: columns by Hessian")
 
     export = commands.add_parser("export-gguf", help="write a GGUF file llama.cpp can run")
     export.add_argument("model_dir", help="float model directory (dense or Mixtral-style MoE)")
@@ -95,8 +105,26 @@ def _quantize(args: argparse.Namespace) -> None:
     group_size = args.group_size
     if args.bits == 4 and group_size is None:
         raise ValueError("--bits 4 needs --group-size (32, 64 or 128)")
-    out = quantize_model_dir(args.model_dir, args.out, args.bits, group_size, force=args.force)
-    print(f"wrote int{args.bits} model directory {out}")
+    if args.method != "gptq" and (args.calib is not None or args.act_order):
+        raise ValueError(f"--calib and --act-order are for --method gptq, not {args.method}")
+    if args.method == "rtn":
+        out = quantize_model_dir(args.model_dir, args.out, args.bits, group_size, force=args.force)
+    else:
+        if args.calib is None:
+            raise ValueError("--method gptq needs --calib FILE|stdlib (calibration text)")
+        from ats_infer.gptq_model import gptq_model_dir  # torch
+
+        out = gptq_model_dir(
+            args.model_dir,
+            args.out,
+            args.bits,
+            group_size,
+            args.calib,
+            n_samples=args.calib_samples,
+            act_order=args.act_order,
+            force=args.force,
+        )
+    print(f"wrote int{args.bits} {args.method} model directory {out}")
 
 
 def _export_gguf(args: argparse.Namespace) -> None:
