@@ -2,7 +2,7 @@
 
     ats-infer generate MODEL_DIR --prompt TEXT [--engine auto|native|torch] [--threads N] ...
     ats-infer quantize MODEL_DIR --bits 8|4 [--group-size 32|64|128] --out DIR [--force]
-                       [--method rtn|gptq] [--calib FILE|stdlib] [--calib-samples N]
+                       [--method rtn|gptq|quanto] [--calib FILE|stdlib] [--calib-samples N]
     ats-infer export-gguf MODEL_DIR --out FILE [--outtype f32|f16|q8_0|q4_0] [--force]
     ats-infer eval-ppl MODEL_DIR --data FILE|stdlib [--engine ...] [--seq-len N] [--json]
 
@@ -52,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--method",
         choices=QUANT_METHODS,
         default="rtn",
-        help="rtn: round to nearest (no data); gptq: GPTQ on --calib text (native layout)",
+        help="rtn: round to nearest (no data); gptq: GPTQ on --calib text (both native "
+        "layout); quanto: optimum-quanto qint8/qint4 (torch engine)",
     )
     quant.add_argument("--calib", help="gptq: calibration text (file, folder, glob or stdlib)")
     quant.add_argument("--calib-samples", type=int, default=128, help="gptq: windows of 256")
@@ -103,12 +104,18 @@ def _generate(args: argparse.Namespace) -> None:
 
 def _quantize(args: argparse.Namespace) -> None:
     group_size = args.group_size
-    if args.bits == 4 and group_size is None:
+    if args.bits == 4 and group_size is None and args.method != "quanto":
         raise ValueError("--bits 4 needs --group-size (32, 64 or 128)")
     if args.method != "gptq" and (args.calib is not None or args.act_order):
         raise ValueError(f"--calib and --act-order are for --method gptq, not {args.method}")
     if args.method == "rtn":
         out = quantize_model_dir(args.model_dir, args.out, args.bits, group_size, force=args.force)
+    elif args.method == "quanto":
+        if args.group_size is not None:
+            raise ValueError("--method quanto chooses its own int4 groups: leave out --group-size")
+        from ats_infer.quanto_dir import quanto_model_dir  # torch, optimum-quanto
+
+        out = quanto_model_dir(args.model_dir, args.out, args.bits, force=args.force)
     else:
         if args.calib is None:
             raise ValueError("--method gptq needs --calib FILE|stdlib (calibration text)")

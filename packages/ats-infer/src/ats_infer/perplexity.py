@@ -15,7 +15,7 @@ import numpy as np
 from ats_tokenizer import Tokenizer
 
 from ats_infer.corpus import DEFAULT_VAL_FRACTION, Windows, split_documents, token_windows
-from ats_infer.engine import load_engine, resolve_engine
+from ats_infer.engine import engine_for, load_engine
 from ats_infer.model_dir import read_config
 from ats_infer.tensor_files import TOKENIZER_FILE, path_kind
 
@@ -80,6 +80,6 @@ def eval_ppl(
     tokenizer = Tokenizer.load(tokenizer_path)
     documents = split_documents(data, "val", val_fraction)
     windows = token_windows(tokenizer, documents, seq_len, max_tokens)
-    chosen = resolve_engine(engine)
+    chosen = engine_for(model_dir, engine)
     model = load_engine(model_dir, chosen, device=device, threads=threads)
     return {"engine": chosen, **evaluate(model, windows, batch_size)}

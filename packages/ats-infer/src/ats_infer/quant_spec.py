@@ -16,7 +16,7 @@ from ats_infer.tensor_files import path_kind, read_json_object
 QUANT_FILE = "quantization.json"
 QUANTO_FILE = "quanto.json"  # an optimum-quanto directory (torch engine only): quanto_dir.py
 METHODS = ("rtn", "gptq")  # what quantization.json records
-QUANT_METHODS = ("rtn", "gptq")  # what `ats-infer quantize --method` offers
+QUANT_METHODS = ("rtn", "gptq", "quanto")  # what `ats-infer quantize --method` offers
 FORMAT_VERSION = 1
 SCHEME = "symmetric"
 BITS = (8, 4)

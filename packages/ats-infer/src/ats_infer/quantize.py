@@ -21,7 +21,7 @@ from safetensors.numpy import save_file
 
 from ats_infer.model_dir import ModelDir, open_model_dir
 from ats_infer.output_paths import new_directory
-from ats_infer.quant_spec import QUANT_FILE, QUANTO_FILE, check_scheme, quant_spec
+from ats_infer.quant_spec import QUANT_FILE, check_scheme, quant_spec
 from ats_infer.quant_spec import read_quantization as read_quantization  # re-exported
 from ats_infer.tensor_files import CONFIG_FILE, SINGLE_FILE, TOKENIZER_FILE, path_kind
 
@@ -104,10 +104,6 @@ def check_quantizable(model: ModelDir, bits: int, group_size: int | None) -> Non
     if model.quantization is not None:
         raise ValueError(
             f"{model.path}: already quantized ({QUANT_FILE}); quantize the float directory"
-        )
-    if path_kind(model.path / QUANTO_FILE) != "missing":
-        raise ValueError(
-            f"{model.path}: already quantized ({QUANTO_FILE}); quantize the float directory"
         )
     if bits == 4:
         for name in model.matrices:

@@ -1,4 +1,5 @@
-"""The torch engine: ats-model's own forward and generate() over a model directory."""
+"""The torch engine: ats-model's own forward and generate() over a float or optimum-quanto model
+directory."""
 
 from collections.abc import Iterator
 from pathlib import Path
@@ -8,6 +9,8 @@ import torch
 from ats_model import generate, load_pretrained
 from ats_tokenizer import Tokenizer
 
+from ats_infer.quant_spec import QUANTO_FILE
+from ats_infer.tensor_files import path_kind
 from ats_infer.text_stream import encode_prompt, stream_text
 
 
@@ -21,7 +24,12 @@ class TorchEngine:
         if threads > 0:
             torch.set_num_threads(threads)
         self.tokenizer = Tokenizer.load(tokenizer_path)
-        self.model = load_pretrained(model_dir, device=device)
+        if path_kind(model_dir / QUANTO_FILE) != "missing":
+            from ats_infer.quanto_dir import load_quanto  # optimum-quanto: imported when needed
+
+            self.model = load_quanto(model_dir, device=device)
+        else:
+            self.model = load_pretrained(model_dir, device=device)
         self.model.eval()
         self.device = device
 
