@@ -41,7 +41,9 @@ def test_trained_model_round_trip(
     assert isinstance(text, str)
 
 
-def test_moe_every_expert_quantized(moe_dir, oracle, tmp_path) -> None:
+@pytest.mark.parametrize("preset", ["tiny-moe", "tiny-hybrid"])
+def test_moe_and_hybrid_every_expert_quantized(make_model_dir, oracle, tmp_path, preset) -> None:
+    moe_dir = make_model_dir(preset, tie_embeddings=False)
     out = quanto_model_dir(moe_dir, tmp_path / "q", 8)
     qmap = json.loads((out / "quanto.json").read_text())["map"]
     n_experts = json.loads((moe_dir / "config.json").read_text())["moe"]["n_experts"]
@@ -50,6 +52,7 @@ def test_moe_every_expert_quantized(moe_dir, oracle, tmp_path) -> None:
             for e in range(n_experts):
                 assert qmap[f"layers.{layer}.ffn.experts.{key}.{e}"]["weights"] == "qint8"
         assert f"layers.{layer}.ffn.router" not in qmap
+    assert not any("mod_" in name for name in qmap)  # MoD routers and predictors stay float
     ids = np.random.default_rng(0).integers(0, 512, (2, 24))
     ref = oracle.torch_logits(moe_dir, load_tensors(moe_dir), ids)
     got = load_engine(out, "torch").logits(ids)
