@@ -406,3 +406,33 @@ def test_quality_gates_on_trained_model(
     off_oracle = out.argmax(-1) != expected.argmax(-1)
     margins = top2_margin(expected)[off_oracle] / np.abs(expected).max()
     assert (margins < ORACLE_TIE_REL_MARGIN).all(), np.sort(margins)[-5:]
+
+
+@integer_path
+@pytest.mark.parametrize("preset", ["tiny-dense", "tiny-moe"])
+@pytest.mark.parametrize(("bits", "group"), [(8, None), (4, 32)])
+def test_gptq_logits_match_activation_quantized_reference(
+    saved_model, tmp_path: Path, preset: str, bits: int, group: int | None
+) -> None:
+    """ats_infer's GPTQ writes the same layout as RTN: the native engine runs it as the
+    dequantized weights (with its activation rounding) run in torch, to INT_PATH_REL_TOL."""
+    import copy
+
+    from ats_infer.gptq_model import gptq_model
+    from ats_infer.model_dir import open_model_dir
+    from ats_infer.quant_spec import quant_spec
+    from ats_infer.quantize import write_quantized_dir
+
+    model, directory = saved_model(preset, tie_embeddings=False)
+    source = open_model_dir(directory)
+    gen = torch.Generator().manual_seed(7)
+    calib = torch.randint(0, model.config.vocab_size, (4, 32), generator=gen)
+    results = gptq_model(copy.deepcopy(model), set(source.matrices), calib, bits, group)
+    spec = quant_spec(bits, group, list(source.matrices), "gptq")
+    qdir = write_quantized_dir(source, tmp_path / "q", spec, lambda n, w: results[n], False)
+    ids = torch.randint(0, model.config.vocab_size, (4, 12), generator=gen)
+    with torch.no_grad():
+        ref = activation_quantized_model(model, qdir)(ids).logits.numpy()
+    native = ats_native.Model(str(qdir), threads=2)
+    assert native.weight_format == f"int{bits}"
+    assert_close_up_to_rounding_flips(native.logits(ids.numpy()), ref)

@@ -25,7 +25,7 @@ def assert_one_line_error(result: subprocess.CompletedProcess, message: str) -> 
     assert "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize("command", ["generate", "quantize", "export-gguf"])
+@pytest.mark.parametrize("command", ["generate", "quantize", "export-gguf", "eval-ppl"])
 def test_help(command: str) -> None:
     result = ats_infer(command, "--help")
     assert result.returncode == 0 and "usage: ats-infer " + command in result.stdout

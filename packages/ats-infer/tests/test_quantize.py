@@ -120,6 +120,7 @@ def test_directory_layout_follows_the_contract(moe_dir, tmp_path, bits, group_si
         + ["output.weight"]
     )
     assert spec == {
+        "method": "rtn",
         "format_version": 1,
         "bits": bits,
         "group_size": group_size,

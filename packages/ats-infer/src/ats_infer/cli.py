@@ -2,20 +2,24 @@
 
     ats-infer generate MODEL_DIR --prompt TEXT [--engine auto|native|torch] [--threads N] ...
     ats-infer quantize MODEL_DIR --bits 8|4 [--group-size 32|64|128] --out DIR [--force]
+                       [--method rtn|gptq|quanto] [--calib FILE|stdlib] [--calib-samples N]
     ats-infer export-gguf MODEL_DIR --out FILE [--outtype f32|f16|q8_0|q4_0] [--force]
     ats-infer serve MODEL_DIR [--host H] [--port P] [--slots N] [--api-key-file F] ... (serve extra)
+    ats-infer eval-ppl MODEL_DIR --data FILE|stdlib [--engine ...] [--seq-len N] [--json]
 
 Bad input ends with one line on stderr and exit status 1 (argparse usage errors: 2). An existing
 non-empty --out is replaced only with --force, and never when it is (or holds) an input.
 """
 
 import argparse
+import json
 import logging
 import sys
 
 from ats_infer.engine import ENGINES, load_engine
 from ats_infer.gguf_export import OUTTYPES, export_gguf
-from ats_infer.quant_spec import GROUP_SIZES
+from ats_infer.perplexity import DEFAULT_MAX_TOKENS, DEFAULT_VAL_FRACTION, eval_ppl
+from ats_infer.quant_spec import GROUP_SIZES, QUANT_METHODS
 from ats_infer.quantize import quantize_model_dir
 from ats_infer.serve.cli_args import add_serve_parser
 
@@ -46,6 +50,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     quant.add_argument("--out", required=True, help="new directory for the quantized model")
     quant.add_argument("--force", action="store_true", help="replace an existing --out directory")
+    quant.add_argument(
+        "--method",
+        choices=QUANT_METHODS,
+        default="rtn",
+        help="rtn: round to nearest (no data); gptq: GPTQ on --calib text (both native "
+        "layout); quanto: optimum-quanto qint8/qint4 (torch engine)",
+    )
+    quant.add_argument("--calib", help="gptq: calibration text (file, folder, glob or stdlib)")
+    quant.add_argument("--calib-samples", type=int, default=128, help="gptq: windows of 256")
+    quant.add_argument("--act-order", action="store_true", help="gptq: columns by Hessian")
 
     export = commands.add_parser("export-gguf", help="write a GGUF file llama.cpp can run")
     export.add_argument("model_dir", help="float model directory (dense or Mixtral-style MoE)")
@@ -53,6 +67,25 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--outtype", choices=tuple(OUTTYPES), default="f32")
     export.add_argument("--force", action="store_true", help="replace an existing --out file")
     add_serve_parser(commands)
+
+    ppl = commands.add_parser("eval-ppl", help="perplexity and bits per byte on held-out text")
+    ppl.add_argument("model_dir", help="model directory, float or quantized")
+    ppl.add_argument("--data", required=True, help="text source: a file, folder, glob or stdlib")
+    ppl.add_argument(
+        "--val-fraction",
+        type=float,
+        default=DEFAULT_VAL_FRACTION,
+        help="ats-data's split: the held-out documents (ats-train's data.val_fraction)",
+    )
+    ppl.add_argument("--seq-len", type=int, default=None, help="window (min(max_seq_len, 1024))")
+    ppl.add_argument(
+        "--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, help="tokens scored (0 = all)"
+    )
+    ppl.add_argument("--batch-size", type=int, default=8, help="windows per forward")
+    ppl.add_argument("--engine", choices=ENGINES, default="auto")
+    ppl.add_argument("--threads", type=int, default=0, help="compute threads (0 = all cores)")
+    ppl.add_argument("--device", default="cpu", help="torch engine only")
+    ppl.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
 
@@ -74,10 +107,34 @@ def _generate(args: argparse.Namespace) -> None:
 
 def _quantize(args: argparse.Namespace) -> None:
     group_size = args.group_size
-    if args.bits == 4 and group_size is None:
+    if args.bits == 4 and group_size is None and args.method != "quanto":
         raise ValueError("--bits 4 needs --group-size (32, 64 or 128)")
-    out = quantize_model_dir(args.model_dir, args.out, args.bits, group_size, force=args.force)
-    print(f"wrote int{args.bits} model directory {out}")
+    if args.method != "gptq" and (args.calib is not None or args.act_order):
+        raise ValueError(f"--calib and --act-order are for --method gptq, not {args.method}")
+    if args.method == "rtn":
+        out = quantize_model_dir(args.model_dir, args.out, args.bits, group_size, force=args.force)
+    elif args.method == "quanto":
+        if args.group_size is not None:
+            raise ValueError("--method quanto chooses its own int4 groups: leave out --group-size")
+        from ats_infer.quanto_dir import quanto_model_dir  # torch, optimum-quanto
+
+        out = quanto_model_dir(args.model_dir, args.out, args.bits, force=args.force)
+    else:
+        if args.calib is None:
+            raise ValueError("--method gptq needs --calib FILE|stdlib (calibration text)")
+        from ats_infer.gptq_model import gptq_model_dir  # torch
+
+        out = gptq_model_dir(
+            args.model_dir,
+            args.out,
+            args.bits,
+            group_size,
+            args.calib,
+            n_samples=args.calib_samples,
+            act_order=args.act_order,
+            force=args.force,
+        )
+    print(f"wrote int{args.bits} {args.method} model directory {out}")
 
 
 def _export_gguf(args: argparse.Namespace) -> None:
@@ -89,6 +146,26 @@ def _serve(args: argparse.Namespace) -> None:
     from ats_infer.serve.server import serve
 
     serve(args)
+def _eval_ppl(args: argparse.Namespace) -> None:
+    result = eval_ppl(
+        args.model_dir,
+        args.data,
+        engine=args.engine,
+        seq_len=args.seq_len,
+        max_tokens=args.max_tokens,
+        val_fraction=args.val_fraction,
+        batch_size=args.batch_size,
+        threads=args.threads,
+        device=args.device,
+    )
+    if args.json:
+        print(json.dumps(result))
+        return
+    print(
+        f"ppl {result['ppl']:.4f} | bits/byte {result['bits_per_byte']:.4f} | "
+        f"{result['tokens']} tokens ({result['bytes']} bytes, {result['documents']} documents, "
+        f"windows of {result['seq_len']}) | engine {result['engine']}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -103,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         "quantize": _quantize,
         "export-gguf": _export_gguf,
         "serve": _serve,
+        "eval-ppl": _eval_ppl,
     }
     try:
         command[args.command](args)

@@ -2,9 +2,10 @@
 
 An engine turns a model directory (config.json + safetensors + tokenizer.json) into text.
     native  the C++ runtime (`ats_native`, the `native` extra): float, int8 and int4 directories
-    torch   ats-model's forward (the `torch` extra): float directories
-    auto    native when ats_native is installed, else torch when torch and ats-model are, else an
-            error saying what to install
+    torch   ats-model's forward (the `torch` extra): float and optimum-quanto directories
+    auto    torch for an optimum-quanto directory (quanto.json); otherwise native when ats_native
+            is installed, else torch when torch and ats-model are, else an error saying what to
+            install
 ats-infer itself imports neither torch nor ats_native at module level.
 """
 
@@ -14,8 +15,8 @@ from pathlib import Path
 from typing import Protocol
 
 from ats_infer.model_dir import open_model_dir
-from ats_infer.quant_spec import QUANT_FILE
-from ats_infer.tensor_files import require_model_dir
+from ats_infer.quant_spec import QUANT_FILE, QUANTO_FILE
+from ats_infer.tensor_files import path_kind, require_model_dir
 
 log = logging.getLogger("ats_infer")
 
@@ -65,13 +66,29 @@ def resolve_engine(engine: str) -> str:
     return chosen
 
 
+def engine_for(model_dir: str | Path, engine: str) -> str:
+    """The concrete engine for `model_dir`: resolve_engine, except that "auto" picks torch for
+    an optimum-quanto directory, and native refuses one."""
+    quanto = path_kind(Path(model_dir) / QUANTO_FILE) != "missing"
+    if quanto and engine == "auto":
+        chosen = resolve_engine("torch")
+        log.info("engine auto -> torch (%s: an optimum-quanto directory)", model_dir)
+        return chosen
+    if quanto and engine == "native":
+        raise ValueError(
+            f"{model_dir}: is an optimum-quanto directory ({QUANTO_FILE}); it runs on the torch "
+            "engine only: use --engine torch (or ats-infer quantize --method rtn|gptq for native)"
+        )
+    return resolve_engine(engine)
+
+
 def load_engine(
     model_dir: str | Path, engine: str = "auto", device: str = "cpu", threads: int = 0
 ) -> Engine:
     """An engine over `model_dir`; `threads` = compute threads (0 = all cores / torch default)."""
     model_dir = Path(model_dir)
     require_model_dir(model_dir)
-    chosen = resolve_engine(engine)
+    chosen = engine_for(model_dir, engine)
     if chosen == "native":
         if device != "cpu":
             raise ValueError(f"device {device!r}: the native engine runs on the CPU only today")
@@ -80,7 +97,7 @@ def load_engine(
         return NativeEngine(model_dir, threads=threads)
     # The native loader checks the directory itself; the torch engine's is checked here, as
     # quantize and export-gguf check theirs, before ats-model builds anything from config.json.
-    if open_model_dir(model_dir).quantization is not None:
+    if path_kind(model_dir / QUANTO_FILE) == "missing" and open_model_dir(model_dir).quantization:
         raise ValueError(
             f"{model_dir}: is an int8/int4 directory ({QUANT_FILE}); the torch engine runs float "
             "directories only: use --engine native"

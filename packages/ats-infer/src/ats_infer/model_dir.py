@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ats_infer.quant_spec import QUANT_FILE, read_quantization
+from ats_infer.quant_spec import QUANT_FILE, QUANTO_FILE, read_quantization
 from ats_infer.tensor_files import (
     CONFIG_FILE,
     INDEX_FILE,
@@ -331,6 +331,11 @@ def open_model_dir(path: str | Path) -> ModelDir:
     """Read and check config.json, quantization.json and every tensor header of `path`."""
     path = Path(path)
     config = read_config(path)
+    if path_kind(path / QUANTO_FILE) != "missing":
+        raise ValueError(
+            f"{path}: is an optimum-quanto directory ({QUANTO_FILE}), already quantized; only "
+            "the torch engine reads it: quantize or export the float directory"
+        )
     quant = read_quantization(path)
     entries = read_tensor_entries(path)
     return ModelDir(path, config, quant, entries, check_tensors(path, config, quant, entries))

@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import ats_native
+import numpy as np
 from ats_tokenizer import Tokenizer
 
 from ats_infer.engine_args import check_sampling, check_seed, check_threads
@@ -26,6 +27,10 @@ class NativeEngine:
     def batch(self, n_slots: int) -> ats_native.Batch:
         """n_slots sequences of up to max_seq_len tokens for continuous batching (the server)."""
         return ats_native.Batch(self.model, n_slots, self.max_seq_len)
+
+    def logits(self, ids: np.ndarray) -> np.ndarray:
+        """Float32 logits (B, T, V) of fresh sequences ids (B, T)."""
+        return self.model.logits(ids)
 
     def generate(
         self,

@@ -1,7 +1,9 @@
 """quantization.json, the file that makes a model directory an int8 or int4 one:
 
     {"format_version": 1, "bits": 8 | 4, "group_size": null (int8) | 32 | 64 | 128 (int4),
-     "scheme": "symmetric", "quantized": [names of the matmul weights stored as N.q + N.scale]}
+     "scheme": "symmetric", "quantized": [names of the matmul weights stored as N.q + N.scale],
+     "method": "rtn" | "gptq" (how the codes were chosen; optional: the runtime reads only the
+     layout)}
 
 The layouts themselves: quantize.py. Read and written here, checked as the native loader checks it.
 """
@@ -12,6 +14,9 @@ from typing import Any
 from ats_infer.tensor_files import path_kind, read_json_object
 
 QUANT_FILE = "quantization.json"
+QUANTO_FILE = "quanto.json"  # an optimum-quanto directory (torch engine only): quanto_dir.py
+METHODS = ("rtn", "gptq")  # what quantization.json records
+QUANT_METHODS = ("rtn", "gptq", "quanto")  # what `ats-infer quantize --method` offers
 FORMAT_VERSION = 1
 SCHEME = "symmetric"
 BITS = (8, 4)
@@ -29,10 +34,15 @@ def check_scheme(bits: int, group_size: int | None) -> None:
         )
 
 
-def quant_spec(bits: int, group_size: int | None, quantized: list[str]) -> dict[str, Any]:
+def quant_spec(
+    bits: int, group_size: int | None, quantized: list[str], method: str
+) -> dict[str, Any]:
     """The quantization.json object for `quantized` weights in the given scheme."""
     check_scheme(bits, group_size)
+    if method not in METHODS:
+        raise ValueError(f"method {method!r}: expected one of {', '.join(METHODS)}")
     return {
+        "method": method,
         "format_version": FORMAT_VERSION,
         "bits": bits,
         "group_size": group_size,
@@ -60,6 +70,11 @@ def read_quantization(model_dir: Path) -> dict[str, Any] | None:
         check_scheme(spec["bits"], spec["group_size"])
     except ValueError as err:
         raise ValueError(f"{path}: {err}") from None
+    if spec.get("method", "rtn") not in METHODS:
+        raise ValueError(
+            f"{path}: method = {spec['method']!r} is not supported: expected one of "
+            f"{', '.join(METHODS)}"
+        )
     names = spec["quantized"]
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise ValueError(f"{path}: quantized = {names!r}: expected a list of tensor names")

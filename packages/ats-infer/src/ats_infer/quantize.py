@@ -13,12 +13,13 @@ against. Only matmul weights are quantized; embeddings, norms, routers and MoD p
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 from safetensors.numpy import save_file
 
-from ats_infer.model_dir import open_model_dir
+from ats_infer.model_dir import ModelDir, open_model_dir
 from ats_infer.output_paths import new_directory
 from ats_infer.quant_spec import QUANT_FILE, check_scheme, quant_spec
 from ats_infer.quant_spec import read_quantization as read_quantization  # re-exported
@@ -39,6 +40,13 @@ def quantize_int8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return q, scale
 
 
+def pack_int4(codes: np.ndarray) -> np.ndarray:
+    """Signed codes (..., out, in) in -8..7 -> uint8 (..., out, in / 2), low nibble = even j."""
+    biased = (codes.astype(np.int16) + 8).astype(np.uint8)
+    pairs = biased.reshape(*codes.shape[:-1], codes.shape[-1] // 2, 2)  # pairs j, j+1
+    return (pairs[..., 0] | (pairs[..., 1] << 4)).astype(np.uint8)
+
+
 def quantize_int4(w: np.ndarray, group_size: int) -> tuple[np.ndarray, np.ndarray]:
     """w (..., out, in) -> (packed uint8 (..., out, in/2), scale float32 (..., out, in/group))."""
     check_scheme(4, group_size)
@@ -48,10 +56,8 @@ def quantize_int4(w: np.ndarray, group_size: int) -> tuple[np.ndarray, np.ndarra
         raise ValueError(f"row length {n_in} is not divisible by group_size {group_size}")
     groups = w.reshape(*w.shape[:-1], n_in // group_size, group_size)  # (..., out, G, gs)
     scale = (np.abs(groups).max(axis=-1) / np.float32(7)).astype(np.float32)  # (..., out, G)
-    codes = (_codes(groups, scale[..., None], -8, 7) + 8).astype(np.uint8)  # (..., out, G, gs)
-    codes = codes.reshape(*w.shape[:-1], n_in // 2, 2)  # (..., out, in/2, 2): pairs j, j+1
-    packed = codes[..., 0] | (codes[..., 1] << 4)  # even j in the low nibble
-    return packed.astype(np.uint8), scale
+    codes = _codes(groups, scale[..., None], -8, 7).reshape(w.shape)  # (..., out, in)
+    return pack_int4(codes), scale
 
 
 def dequantize(
@@ -92,6 +98,48 @@ def dequantize_tensors(model_dir: str | Path) -> dict[str, np.ndarray]:
     return out
 
 
+def check_quantizable(model: ModelDir, bits: int, group_size: int | None) -> None:
+    """Raise unless the float directory `model` can be quantized in this scheme."""
+    check_scheme(bits, group_size)
+    if model.quantization is not None:
+        raise ValueError(
+            f"{model.path}: already quantized ({QUANT_FILE}); quantize the float directory"
+        )
+    if bits == 4:
+        for name in model.matrices:
+            n_in = model.entries[name].shape[-1]
+            if n_in % group_size != 0:
+                raise ValueError(
+                    f"{model.path}: {name} has rows of {n_in} elements, not divisible by "
+                    f"group_size {group_size}; choose a group size dividing {n_in}"
+                )
+
+
+def write_quantized_dir(
+    model: ModelDir,
+    out: Path,
+    spec: dict,
+    quantized: Callable[[str, np.ndarray], tuple[np.ndarray, np.ndarray]],
+    force: bool,
+) -> Path:
+    """Write model directory `out`: spec as quantization.json, every matmul weight N as
+    quantized(N, w) = (N.q, N.scale), every other tensor as F32, config and tokenizer copied."""
+    with new_directory(out, [model.path, *model.files()], force) as tmp:
+        matrices = set(model.matrices)
+        result: dict[str, np.ndarray] = {}
+        for name, w in model.tensors().items():
+            if name not in matrices:
+                result[name] = np.ascontiguousarray(w, dtype=np.float32)
+                continue
+            result[name + ".q"], result[name + ".scale"] = quantized(name, w)
+        save_file(result, str(tmp / SINGLE_FILE), metadata={"format": "np"})
+        (tmp / QUANT_FILE).write_text(json.dumps(spec, indent=2) + "\n")
+        shutil.copyfile(model.path / CONFIG_FILE, tmp / CONFIG_FILE)
+        if path_kind(model.path / TOKENIZER_FILE) != "missing":
+            shutil.copyfile(model.path / TOKENIZER_FILE, tmp / TOKENIZER_FILE)
+    return out
+
+
 def quantize_model_dir(
     src: str | Path,
     out: str | Path,
@@ -100,35 +148,14 @@ def quantize_model_dir(
     *,
     force: bool = False,
 ) -> Path:
-    """Write the quantized copy of model directory `src` as the new directory `out`
-    (config.json and tokenizer.json copied, quantization.json + model.safetensors written);
+    """Write the round-to-nearest quantized copy of model directory `src` as the new directory
+    `out` (config.json and tokenizer.json copied, quantization.json + model.safetensors written);
     an existing non-empty `out` only with `force`, never over `src`. Returns `out`."""
-    check_scheme(bits, group_size)
     model = open_model_dir(src)
-    if model.quantization is not None:
-        raise ValueError(f"{src}: already quantized ({QUANT_FILE}); quantize the float directory")
-    if bits == 4:
-        for name in model.matrices:
-            n_in = model.entries[name].shape[-1]
-            if n_in % group_size != 0:
-                raise ValueError(
-                    f"{src}: {name} has rows of {n_in} elements, not divisible by group_size "
-                    f"{group_size}; choose a group size dividing {n_in}"
-                )
-    out = Path(out)
-    with new_directory(out, [model.path, *model.files()], force) as tmp:
-        matrices = set(model.matrices)
-        result: dict[str, np.ndarray] = {}
-        for name, w in model.tensors().items():
-            if name not in matrices:
-                result[name] = np.ascontiguousarray(w, dtype=np.float32)
-                continue
-            q, scale = quantize_int8(w) if bits == 8 else quantize_int4(w, group_size)
-            result[name + ".q"], result[name + ".scale"] = q, scale
-        save_file(result, str(tmp / SINGLE_FILE), metadata={"format": "np"})
-        spec = quant_spec(bits, group_size, list(model.matrices))
-        (tmp / QUANT_FILE).write_text(json.dumps(spec, indent=2) + "\n")
-        shutil.copyfile(model.path / CONFIG_FILE, tmp / CONFIG_FILE)
-        if path_kind(model.path / TOKENIZER_FILE) != "missing":
-            shutil.copyfile(model.path / TOKENIZER_FILE, tmp / TOKENIZER_FILE)
-    return out
+    check_quantizable(model, bits, group_size)
+
+    def rtn(name: str, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return quantize_int8(w) if bits == 8 else quantize_int4(w, group_size)
+
+    spec = quant_spec(bits, group_size, list(model.matrices), "rtn")
+    return write_quantized_dir(model, Path(out), spec, rtn, force)

@@ -1,13 +1,17 @@
-"""The torch engine: ats-model's own forward and generate() over a model directory."""
+"""The torch engine: ats-model's own forward and generate() over a float or optimum-quanto model
+directory."""
 
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import torch
 from ats_model import generate, load_pretrained
 from ats_tokenizer import Tokenizer
 
 from ats_infer.engine_args import check_sampling, check_seed, check_threads
+from ats_infer.quant_spec import QUANTO_FILE
+from ats_infer.tensor_files import path_kind
 from ats_infer.text_stream import encode_prompt, stream_text
 from ats_infer.torch_batch import TorchBatch
 
@@ -21,7 +25,12 @@ class TorchEngine:
         if threads > 0:  # 0: torch's default
             torch.set_num_threads(threads)
         self.tokenizer = Tokenizer.load(tokenizer_path)
-        self.model = load_pretrained(model_dir, device=device)
+        if path_kind(model_dir / QUANTO_FILE) != "missing":
+            from ats_infer.quanto_dir import load_quanto  # optimum-quanto: imported when needed
+
+            self.model = load_quanto(model_dir, device=device)
+        else:
+            self.model = load_pretrained(model_dir, device=device)
         self.model.eval()
         self.device = device
         self.vocab_size: int = self.model.config.vocab_size
@@ -30,6 +39,12 @@ class TorchEngine:
     def batch(self, n_slots: int) -> TorchBatch:
         """n_slots sequences of up to max_seq_len tokens for continuous batching (the server)."""
         return TorchBatch(self.model, n_slots, self.max_seq_len, self.device)
+
+    def logits(self, ids: np.ndarray) -> np.ndarray:
+        """Float32 logits (B, T, V) of fresh sequences ids (B, T)."""
+        with torch.no_grad():
+            idx = torch.from_numpy(np.ascontiguousarray(ids, dtype=np.int64)).to(self.device)
+            return self.model(idx).logits.float().cpu().numpy()
 
     def generate(
         self,

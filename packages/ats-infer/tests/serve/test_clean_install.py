@@ -1,6 +1,6 @@
-"""`pip install 'ats-infer[native,serve]'` into a fresh venv (the workspace's ats-native and
-ats-tokenizer beside it, everything else from PyPI, no torch): the installed `ats-infer serve`
-answers a request and exits 0 on SIGTERM."""
+"""`pip install 'ats-infer[native,serve]'` into a fresh venv (the workspace's ats-native,
+ats-tokenizer and ats-data beside it, everything else from PyPI, no torch): the installed
+`ats-infer serve` answers a request and exits 0 on SIGTERM."""
 
 import signal
 import subprocess
@@ -23,6 +23,7 @@ def test_clean_venv_serves_without_torch(chat_model_dir: Path, tmp_path: Path) -
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"
     packages = [str(ROOT / "native"), str(ROOT / "packages" / "ats-tokenizer"),
+                str(ROOT / "packages" / "ats-data"),
                 f"{ROOT / 'packages' / 'ats-infer'}[native,serve]"]  # fmt: skip
     subprocess.run([str(python), "-m", "pip", "install", "--quiet", *packages], check=True,
                    timeout=1800)  # fmt: skip

@@ -1,0 +1,209 @@
+"""Quantization quality and speed (issue 27): for each float model directory given, perplexity
+and bits per byte on the stdlib's held-out split (ats-infer eval-ppl's), file size and native
+decode tok/s of float, RTN int8, RTN int4 (g32, g128), GPTQ int4 (g128), optimum-quanto
+int8/int4 (torch engine) and llama.cpp's Q8_0/Q4_0 of the GGUF export (when --llama-python
+names a Python that imports llama_cpp; its perplexity is computed here from its logits).
+
+    uv run ats-train --config benchmarks/quantization_dense.toml --run-dir runs/qdense   # and _moe
+    uv run python benchmarks/quantization.py --model dense=runs/qdense/model --model moe=runs/qmoe/model \
+        --work /tmp/quant-bench --seq-len 128 --max-tokens 16384 --threads 2 \
+        [--llama-python /path/to/venv/bin/python] [--json out.json]
+
+Prints a markdown table per model (BENCHMARKS.md) and the goals: int8 within 0.5% of float
+perplexity, GPTQ int4 closing >= half of RTN int4's gap (same group size, 128), GPTQ int4 native
+decode >= 95% of RTN int4's.
+"""
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# This folder's kernels.py would shadow the `kernels` package that transformers (imported by
+# optimum-quanto) probes for: keep the script's folder off the import path.
+sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+import ats_native  # noqa: E402
+import numpy as np  # noqa: E402
+from ats_infer.corpus import split_documents, token_windows  # noqa: E402
+from ats_infer.engine import load_engine  # noqa: E402
+from ats_infer.gguf_export import export_gguf  # noqa: E402
+from ats_infer.gptq_model import gptq_model_dir  # noqa: E402
+from ats_infer.perplexity import evaluate  # noqa: E402
+from ats_infer.quantize import quantize_model_dir  # noqa: E402
+from ats_infer.quanto_dir import quanto_model_dir  # noqa: E402
+from ats_tokenizer import Tokenizer  # noqa: E402
+
+LLAMA_PPL = r"""
+import json, sys, numpy as np, llama_cpp
+gguf, ids_path, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
+ids = np.load(ids_path)
+llm = llama_cpp.Llama(model_path=gguf, n_ctx=ids.shape[1], logits_all=True, verbose=False,
+                      n_threads=threads, n_batch=ids.shape[1])
+nll = 0.0
+for row in ids:
+    llm.reset()
+    llm.eval(row[:-1].tolist())
+    z = np.array(llm.scores[: len(row) - 1], dtype=np.float64)
+    peak = z.max(-1, keepdims=True)
+    logz = np.log(np.exp(z - peak).sum(-1)) + peak[:, 0]
+    nll += float((logz - z[np.arange(len(row) - 1), row[1:]]).sum())
+print(json.dumps({"nll": nll}))
+"""
+
+
+def decode_tok_s(dirs: dict[str, Path], threads: int, rounds: int = 5) -> dict[str, float]:
+    """Greedy decode steps per second after a 16-token prompt (prefill and first token
+    excluded), best of `rounds`; the directories take turns within each round, so a busy spell
+    of a shared machine slows every variant alike rather than one of them."""
+    models = {label: ats_native.Model(str(path), threads=threads) for label, path in dirs.items()}
+    best = dict.fromkeys(models, 0.0)
+    for _ in range(rounds):
+        for label, model in models.items():
+            tokens = model.generate(list(range(1, 17)), 64, temperature=0.0)
+            next(tokens)
+            start = time.perf_counter()
+            n = sum(1 for _ in tokens)
+            best[label] = max(best[label], n / (time.perf_counter() - start))
+    return best
+
+
+def size_mb(path: Path) -> float:
+    files = [path] if path.is_file() else list(path.glob("*.safetensors"))
+    return sum(f.stat().st_size for f in files) / 1e6
+
+
+def llama_row(gguf: Path, windows, python: str, threads: int) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        ids_path = Path(tmp) / "ids.npy"
+        np.save(ids_path, windows.ids)
+        out = subprocess.run(
+            [python, "-c", LLAMA_PPL, str(gguf), str(ids_path), str(threads)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    nll = json.loads(out.stdout.strip().splitlines()[-1])["nll"]
+    return {
+        "ppl": math.exp(nll / windows.n_tokens),
+        "bits_per_byte": nll / math.log(2) / windows.n_bytes,
+    }
+
+
+def bench_model(name: str, src: Path, work: Path, args: argparse.Namespace) -> list[dict]:
+    tokenizer = Tokenizer.load(src / "tokenizer.json")
+    windows = token_windows(
+        tokenizer, split_documents("stdlib", "val"), args.seq_len, args.max_tokens
+    )
+    variants = [
+        ("float", src, "native", lambda out: src),
+        ("RTN int8", work / "rtn8", "native", lambda out: quantize_model_dir(src, out, 8)),
+        (
+            "RTN int4 g32",
+            work / "rtn4g32",
+            "native",
+            lambda out: quantize_model_dir(src, out, 4, 32),
+        ),
+        (
+            "RTN int4 g128",
+            work / "rtn4g128",
+            "native",
+            lambda out: quantize_model_dir(src, out, 4, 128),
+        ),
+        (
+            "GPTQ int4 g128",
+            work / "gptq4g128",
+            "native",
+            lambda out: gptq_model_dir(
+                src, out, 4, 128, "stdlib", n_samples=args.calib_samples, seq_len=args.seq_len
+            ),
+        ),
+        ("quanto int8", work / "quanto8", "torch", lambda out: quanto_model_dir(src, out, 8)),
+        ("quanto int4", work / "quanto4", "torch", lambda out: quanto_model_dir(src, out, 4)),
+    ]
+    rows = []
+    for label, out, engine_name, make in variants:
+        start = time.perf_counter()
+        made = not out.exists()  # a copy left by an earlier run is reused (no quantize time)
+        path = make(out) if made else out
+        seconds = time.perf_counter() - start if made and path != src else None
+        engine = load_engine(path, engine_name, threads=args.threads)
+        row = {"model": name, "variant": label, "engine": engine_name, **evaluate(engine, windows)}
+        row.update(path=str(path), size_mb=size_mb(path), quantize_s=seconds, decode_tok_s=None)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    native = {r["variant"]: Path(r["path"]) for r in rows if r["engine"] == "native"}
+    for label, speed in decode_tok_s(native, args.threads).items():
+        next(r for r in rows if r["variant"] == label)["decode_tok_s"] = speed
+    if args.llama_python:
+        for outtype in ("q8_0", "q4_0"):
+            gguf = work / f"model-{outtype}.gguf"
+            if not gguf.exists():
+                export_gguf(src, gguf, outtype)
+            row = {"model": name, "variant": f"llama.cpp {outtype.upper()}", "engine": "llama.cpp"}
+            row.update(llama_row(gguf, windows, args.llama_python, args.threads))
+            row.update(size_mb=size_mb(gguf), decode_tok_s=None, tokens=windows.n_tokens)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    float_ppl = rows[0]["ppl"]
+    lines = [
+        "| variant | engine | ppl | vs float | bits/byte | size MB | native decode tok/s |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        tok_s = "-" if r["decode_tok_s"] is None else f"{r['decode_tok_s']:.1f}"
+        lines.append(
+            f"| {r['variant']} | {r['engine']} | {r['ppl']:.3f} | {r['ppl'] / float_ppl - 1:+.2%} "
+            f"| {r['bits_per_byte']:.4f} | {r['size_mb']:.1f} | {tok_s} |"
+        )
+    return "\n".join(lines)
+
+
+def goals(rows: list[dict]) -> str:
+    by = {r["variant"]: r for r in rows}
+    f = by["float"]["ppl"]
+    rtn_gap = by["RTN int4 g128"]["ppl"] - f
+    gptq_gap = by["GPTQ int4 g128"]["ppl"] - f
+    closed = 1 - gptq_gap / rtn_gap if rtn_gap > 0 else float("nan")
+    speed = by["GPTQ int4 g128"]["decode_tok_s"] / by["RTN int4 g128"]["decode_tok_s"]
+    return (
+        f"RTN int8 {by['RTN int8']['ppl'] / f - 1:+.3%} of float (goal within 0.5%); "
+        f"GPTQ int4 g128 closes {closed:.0%} of RTN int4 g128's gap of {rtn_gap:+.3f} "
+        f"(goal >= 50%); GPTQ/RTN int4 decode speed {speed:.1%} (goal >= 95%)"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", action="append", required=True, help="NAME=MODEL_DIR")
+    parser.add_argument("--work", required=True, help="folder for the quantized copies")
+    parser.add_argument("--seq-len", type=int, default=128)
+    parser.add_argument("--max-tokens", type=int, default=16384)
+    parser.add_argument("--calib-samples", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--llama-python", default=None)
+    parser.add_argument("--json", default=None, help="write every row here")
+    args = parser.parse_args()
+    all_rows = []
+    for spec in args.model:
+        name, directory = spec.split("=", 1)
+        work = Path(args.work) / name
+        work.mkdir(parents=True, exist_ok=True)
+        rows = bench_model(name, Path(directory), work, args)
+        all_rows += rows
+        print(f"\n### {name} ({rows[0]['tokens']} held-out tokens)\n\n{table(rows)}\n")
+        print(goals(rows) + "\n", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(all_rows, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

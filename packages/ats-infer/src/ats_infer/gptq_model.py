@@ -1,0 +1,233 @@
+"""`ats-infer quantize --method gptq`: GPTQ (gptq.py) over a whole model directory, written in the
+native runtime's int8/int4 layout (quantize.py), so `ats-infer generate` runs it.
+
+Calibration: windows of the "train" documents of --calib (corpus.py: never the text eval-ppl holds
+out). Blocks are quantized in order, as in the paper: block i's Hessians come from a forward pass
+in which blocks 0..i-1 already hold their quantized weights; then the untied output head.
+Embeddings, norms, routers and MoD predictors stay float32.
+
+MoE: each expert's w1/w3 Hessian comes from the tokens routed to it and its w2 Hessian from its
+hidden activations on those tokens. An expert routed fewer calibration tokens than its input
+width (too few for a full-rank Hessian, typically a rarely chosen expert) is calibrated on every
+token entering its layer instead, as if routed to it; the number of such experts is logged.
+MoD and hybrid blocks are calibrated on the tokens their routers select, as they run.
+"""
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+from ats_model import ModelConfig, build_model
+from ats_tokenizer import Tokenizer
+from torch import nn
+
+from ats_infer.corpus import DEFAULT_VAL_FRACTION, split_documents, token_windows
+from ats_infer.gptq import gptq_quantize
+from ats_infer.model_dir import open_model_dir
+from ats_infer.output_paths import check_output
+from ats_infer.quant_spec import quant_spec
+from ats_infer.quantize import check_quantizable, pack_int4, write_quantized_dir
+from ats_infer.tensor_files import TOKENIZER_FILE, path_kind
+
+log = logging.getLogger("ats_infer")
+
+BATCH = 8  # calibration windows per forward
+
+
+class _Hessian:
+    """Running sum of x^T x over rows x (in,), float64; `value` = 2/n sum x^T x."""
+
+    def __init__(self, n_in: int) -> None:
+        self.sum = torch.zeros(n_in, n_in, dtype=torch.float64)
+        self.rows = 0
+
+    def add(self, x: torch.Tensor) -> None:
+        x = x.reshape(-1, x.shape[-1]).to(torch.float64)
+        self.sum += x.T @ x
+        self.rows += x.shape[0]
+
+    @property
+    def value(self) -> torch.Tensor:
+        return self.sum * (2.0 / max(self.rows, 1))
+
+
+class _ExpertsHessians:
+    """Per-expert Hessians of one MoE layer's stacked experts (w1/w3 share their input)."""
+
+    def __init__(self, experts: nn.Module) -> None:
+        self.experts = experts
+        E, F, C = experts.w1.shape
+        self.routed_in = [_Hessian(C) for _ in range(E)]
+        self.routed_hidden = [_Hessian(F) for _ in range(E)]
+        self.all_in = _Hessian(C)
+        self.all_hidden = [_Hessian(F) for _ in range(E)]
+
+    def hidden(self, e: int, x: torch.Tensor) -> torch.Tensor:
+        w1, w3 = self.experts.w1[e], self.experts.w3[e]
+        return nn.functional.silu(x @ w1.T) * (x @ w3.T)  # (rows, F)
+
+    def add_layer_input(self, x: torch.Tensor) -> None:
+        flat = x.reshape(-1, x.shape[-1])  # (N, C): every token entering the MoE FFN
+        self.all_in.add(flat)
+        for e, h in enumerate(self.all_hidden):
+            h.add(self.hidden(e, flat))
+
+    def add_routed(self, x_sorted: torch.Tensor, per_expert: torch.Tensor) -> None:
+        start = 0
+        for e, count in enumerate(per_expert.tolist()):
+            rows = x_sorted[start : start + count]
+            start += count
+            if count:
+                self.routed_in[e].add(rows)
+                self.routed_hidden[e].add(self.hidden(e, rows))
+
+    def for_expert(self, e: int) -> tuple[torch.Tensor, torch.Tensor, bool]:
+        """(input Hessian, hidden Hessian, whether the layer's tokens stood in)."""
+        if self.routed_in[e].rows < self.routed_in[e].sum.shape[0]:
+            return self.all_in.value, self.all_hidden[e].value, True
+        return self.routed_in[e].value, self.routed_hidden[e].value, False
+
+
+def _calibrate(model: nn.Module, ids: torch.Tensor, hooks: list) -> None:
+    handles = [module.register_forward_pre_hook(fn) for module, fn in hooks]
+    try:
+        with torch.no_grad():
+            for b in range(0, ids.shape[0], BATCH):
+                model(ids[b : b + BATCH])
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _quantize_matrix(
+    w: torch.Tensor, hessian: torch.Tensor, bits: int, group_size: int | None, act_order: bool
+) -> tuple[np.ndarray, np.ndarray, torch.Tensor]:
+    """-> (N.q, N.scale) in the stored layout and the dequantized weight."""
+    codes, scale = gptq_quantize(w, hessian, bits, group_size, act_order=act_order)
+    if bits == 8:
+        deq = codes.float() * scale[:, None]
+        return codes.numpy(), scale.numpy(), deq
+    groups = codes.float().view(codes.shape[0], -1, group_size) * scale[..., None]
+    return pack_int4(codes.numpy()), scale.numpy(), groups.view(codes.shape)
+
+
+def gptq_model(
+    model: nn.Module,
+    matrices: set[str],
+    ids: torch.Tensor,
+    bits: int,
+    group_size: int | None,
+    act_order: bool = False,
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """GPTQ every matmul weight named in `matrices` of ats-model `model` on calibration windows
+    ids (N, T), block by block; the model's weights become the dequantized ones. Returns
+    {name: (N.q, N.scale)}."""
+    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    stand_ins = 0
+    prefixes = [f"layers.{i}." for i in range(len(model.layers))] + ["output"]
+    modules = dict(model.named_modules())
+    for prefix in prefixes:
+        linears: dict[str, _Hessian] = {}
+        experts: dict[str, _ExpertsHessians] = {}
+        hooks: list[tuple[nn.Module, Callable]] = []
+        for name, module in modules.items():
+            if not (name.startswith(prefix) or name == prefix):
+                continue
+            if isinstance(module, nn.Linear) and name + ".weight" in matrices:
+                h = linears[name] = _Hessian(module.in_features)
+                hooks.append((module, lambda m, args, h=h: h.add(args[0])))
+            elif name + ".w1" in matrices:  # ats_model.layers.moe.Experts
+                eh = experts[name] = _ExpertsHessians(module)
+                moe_ffn = modules[name.rsplit(".", 1)[0]]
+                hooks.append((moe_ffn, lambda m, args, eh=eh: eh.add_layer_input(args[0])))
+                hooks.append((module, lambda m, args, eh=eh: eh.add_routed(args[0], args[1])))
+        if not hooks:
+            continue
+        _calibrate(model, ids, hooks)
+        with torch.no_grad():
+            for name, h in linears.items():
+                weight = modules[name].weight
+                q, s, deq = _quantize_matrix(weight, h.value, bits, group_size, act_order)
+                out[name + ".weight"] = (q, s)
+                weight.copy_(deq)
+            for name, eh in experts.items():
+                module = modules[name]
+                results = {"w1": [], "w3": [], "w2": []}
+                for e in range(module.w1.shape[0]):
+                    h_in, h_hidden, stood_in = eh.for_expert(e)
+                    stand_ins += stood_in
+                    for key, h in (("w1", h_in), ("w3", h_in), ("w2", h_hidden)):
+                        results[key].append(
+                            _quantize_matrix(
+                                getattr(module, key)[e], h, bits, group_size, act_order
+                            )
+                        )
+                for key, per_expert in results.items():
+                    out[f"{name}.{key}"] = (
+                        np.stack([q for q, _, _ in per_expert]),
+                        np.stack([s for _, s, _ in per_expert]),
+                    )
+                    getattr(module, key).copy_(torch.stack([d for _, _, d in per_expert]))
+    if stand_ins:
+        log.info(
+            "gptq: %d expert(s) had fewer routed calibration tokens than inputs and were "
+            "calibrated on every token of their layer",
+            stand_ins,
+        )
+    missing = matrices - out.keys()
+    if missing:
+        raise RuntimeError(f"gptq: no calibration input reached {sorted(missing)}")
+    return out
+
+
+def gptq_model_dir(
+    src: str | Path,
+    out: str | Path,
+    bits: int,
+    group_size: int | None,
+    calib: str,
+    *,
+    n_samples: int = 128,
+    seq_len: int = 256,
+    act_order: bool = False,
+    val_fraction: float = DEFAULT_VAL_FRACTION,
+    force: bool = False,
+) -> Path:
+    """Write the GPTQ-quantized copy of float model directory `src` as the new directory `out`,
+    calibrated on `n_samples` windows of `seq_len` tokens of the "train" documents of `calib`
+    (a path or "stdlib"). Everything is checked before the model is loaded."""
+    model_dir = open_model_dir(src)
+    check_quantizable(model_dir, bits, group_size)
+    out = Path(out)
+    check_output(out, [model_dir.path, *model_dir.files()], "directory", force)
+    if n_samples < 1:
+        raise ValueError(f"calibration samples = {n_samples} must be >= 1")
+    max_seq_len = model_dir.config["max_seq_len"]
+    seq_len = min(seq_len, max_seq_len)
+    tokenizer_path = model_dir.path / TOKENIZER_FILE
+    if path_kind(tokenizer_path) != "file":
+        raise FileNotFoundError(f"{src}: no {TOKENIZER_FILE} to tokenize the calibration text with")
+    tokenizer = Tokenizer.load(tokenizer_path)
+    documents = split_documents(calib, "train", val_fraction)
+    windows = token_windows(tokenizer, documents, seq_len, n_samples * seq_len)
+    if windows.ids.shape[0] < n_samples:
+        raise ValueError(
+            f"calibration text {calib} holds {windows.ids.shape[0]} windows of {seq_len} tokens "
+            f"in its train split; {n_samples} needed: give more text or fewer samples"
+        )
+    model = build_model(ModelConfig.from_dict(model_dir.config), kernels="reference").eval()
+    model.load_state_dict(
+        {k: torch.from_numpy(np.array(v)) for k, v in model_dir.tensors().items()}
+    )
+    ids = torch.from_numpy(windows.ids[:, :-1])
+    results = gptq_model(model, set(model_dir.matrices), ids, bits, group_size, act_order)
+    spec = quant_spec(bits, group_size, list(model_dir.matrices), "gptq")
+    spec["calibration"] = {
+        "source": str(calib),
+        "samples": n_samples,
+        "seq_len": seq_len,
+        "act_order": act_order,
+    }
+    return write_quantized_dir(model_dir, out, spec, lambda name, w: results[name], force)
