@@ -2,9 +2,9 @@
 
 Inductor turns some layouts of a custom kernel's inputs into `clone` kernels of whole (B, T, C)
 tensors: when a custom autograd.Function's backward reads the strides of its incoming gradients,
-dynamo makes them contiguous first (session 7: three copies per layer of the attention's dq, dk
+dynamo makes them contiguous first (measured: three copies per layer of the attention's dq, dk
 and dv, 0.9 ms per 124M step; a torch.library custom op with a fixed stride order removed them), and a Triton kernel writing into views of one buffer makes Inductor
-clone the buffer (session 7: 4.6 ms per step). This compiles the blocks of a 2-layer model at the
+clone the buffer (measured: 4.6 ms per step). This compiles the blocks of a 2-layer model at the
 124M width with the fused projections, runs forward and backward under bf16 autocast on cuDNN
 attention, and counts the clone kernels in Inductor's generated code.
 """

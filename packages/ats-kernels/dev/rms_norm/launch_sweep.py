@@ -4,8 +4,8 @@ per SM, register cap), and the production backward as launched, timed by CUDA-gr
 bare kernels, at the 124M model's rows (32768 x 768, bf16 and fp32 residual stream) and at
 16384 x 4096 bf16.
 
-Session 6 picked FWD_TILE / BWD_TILE / programs per SM in src/ats_kernels/triton/rms_norm.py from
-these numbers (BENCHMARKS.md, "End to end, session 6"). One JSON line per case: op, width, dtype,
+FWD_TILE / BWD_TILE / programs per SM in src/ats_kernels/triton/rms_norm.py were picked from these
+numbers (docs/benchmarks-journal-2026.md, the RMSNorm end-to-end runs). One JSON line per case: op, width, dtype,
 tile, ms, GB/s of the bytes that must move.
 
 GPU: PYTHONPATH=packages/ats-kernels/src python3 packages/ats-kernels/dev/rms_norm/launch_sweep.py

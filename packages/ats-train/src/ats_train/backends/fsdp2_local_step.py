@@ -6,8 +6,8 @@ before each update, so the GPU has drained by the time the update is launched an
 dispatch: on 2 H200s (124m-dense, all blocks in one unit, compiled, 32 sequences per rank) the
 host ran `Optimizer.step` for 5.0 ms and the norm's `_foreach_norm` / `stack` / `vector_norm` for
 3.7 ms per step inside the GPU's idle gaps. On the local shards the same work costs the plain
-tensors' launches: weak-scaling efficiency 83.2-83.6% -> 86.1% (BENCHMARKS.md, distributed,
-session 8).
+tensors' launches: weak-scaling efficiency 83.2-83.6% -> 86.1% (BENCHMARKS.md,
+Distributed).
 
 Both are elementwise over each rank's own rows: the global gradient norm is the square root of
 the all-reduced sum of the ranks' squared local norms, the clip scales the local gradients, and a
