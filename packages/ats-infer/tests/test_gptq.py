@@ -204,4 +204,4 @@ def test_cli(dense_dir, calib_dir, tmp_path) -> None:
         assert bad.returncode == 1 and message in bad.stderr and "Traceback" not in bad.stderr
         assert not (tmp_path / "x").exists()
     usage = run("--help")
-    assert "{rtn,gptq}" in usage.stdout
+    assert "{rtn,gptq,quanto}" in usage.stdout
