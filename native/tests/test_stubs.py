@@ -29,9 +29,17 @@ def runtime_params(obj: object) -> list[str]:
     return [p.split(":")[0].split("=")[0].strip() for p in inside.split(",") if p.strip()]
 
 
+def stub_constants() -> set[str]:
+    """Module-level annotated names of the stub (`FINISH_STOP: int`)."""
+    body = ast.parse(STUB.read_text()).body
+    return {n.target.id for n in body if isinstance(n, ast.AnnAssign)}
+
+
 def test_stub_names_match_module() -> None:
     stub = stub_functions()
-    top = {name.split(".")[0] for name in stub}
+    top = {name.split(".")[0] for name in stub} | stub_constants()
+    for name in stub_constants():
+        assert isinstance(getattr(ats_native, name), int), name
     assert top == set(ats_native.__all__)
     for name, params in stub.items():
         if name == "version" or name.endswith(".__len__"):
