@@ -16,6 +16,7 @@ from ats_data.errors import DataError
 from ats_data.extract import extract
 from ats_data.prepare import prepare
 from ats_data.shards import DEFAULT_SHARD_TOKENS, check_workers
+from ats_data.sources import open_source
 
 
 def _add_filters(p: argparse.ArgumentParser) -> None:
@@ -41,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
         "--source",
         required=True,
         help="text file, folder, glob, .jsonl, .parquet, .arrow, 'stdlib' / 'stdlib:PACKAGE', or "
-        "a corpus dump: wikipedia:PATH, arxiv[CATEGORIES]:PATH, stackexchange[SITES]:PATH, "
+        "'pyenv' (this environment's .py/.md/.rst files), or a corpus dump: wikipedia:PATH, arxiv[CATEGORIES]:PATH, stackexchange[SITES]:PATH, "
         "gutenberg:PATH, pubmed:PATH",
     )
     p.add_argument("--tokenizer", required=True, type=Path, help="tokenizer.json")
@@ -151,8 +152,9 @@ def main(argv: list[str] | None = None) -> int:
             )
             print(json.dumps(report, indent=1))
         elif args.command == "prepare":
+            source = open_source(args.source, text_field=args.text_field)
             out = prepare(
-                args.source,
+                source,
                 args.tokenizer,
                 args.out,
                 val_fraction=args.val_fraction,
@@ -167,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
                 pii=args.pii,
                 overwrite=args.overwrite,
             )
+            print(f"read       {source.describe()}")
             print(_summary(ShardDataset(out, verify=False), verified=True))
         else:
             print(_summary(ShardDataset(args.dir, verify=not args.no_verify), not args.no_verify))

@@ -1,6 +1,6 @@
 """Text sources: local text files, folders and globs, JSONL (one text field), Parquet and Arrow
 (pyarrow, memory-mapped), the embedded default corpus (the Python standard library's own .py
-files), and the published corpus dumps of ats_data.corpora (`wikipedia:PATH`, `arxiv:PATH`,
+files), `pyenv` (the running environment's .py/.md/.rst files: pyenv.py), and the published corpus dumps of ats_data.corpora (`wikipedia:PATH`, `arxiv:PATH`,
 `stackexchange:PATH`, `gutenberg:PATH`, `pubmed:PATH`). `open_source(spec)` resolves a spec
 string to a `Source` whose documents come out in a deterministic order, together with a
 fingerprint of its files for the prepare cache key."""
@@ -24,6 +24,7 @@ from ats_tokenizer.inputs import check_input_file, parse_json
 from ats_data import corpora
 from ats_data.document import Document
 from ats_data.errors import DataError
+from ats_data.pyenv import PYENV_SPEC, pyenv_files, pyenv_roots
 
 TEXT_SUFFIXES = frozenset({".txt", ".text", ".md", ".rst"})
 PYTHON_SUFFIXES = frozenset({".py"})
@@ -57,6 +58,9 @@ class SourceFile:
     kind: str
     text_field: str = "text"
     selection: tuple[str, ...] = ()
+    # A file that does not decode (as UTF-8, or per its PEP 263 cookie) is left out and counted
+    # instead of ending the read: the pyenv corpus holds packages' deliberately broken fixtures.
+    skip_undecodable: bool = False
 
     def documents(self) -> Iterator[str]:
         """The plain texts of the documents (a corpus file: see Source.documents)."""
@@ -106,7 +110,15 @@ class Source:
                 yield from corpora.read_corpus(f.kind, paths, counts, f.selection, workers)
                 i = j
                 continue
-            for text in f.documents():
+            if f.skip_undecodable:
+                try:
+                    texts = list(f.documents())  # one document: a "python" or "text" file
+                except DataError:
+                    counts["undecodable file"] += 1
+                    texts = []
+            else:
+                texts = f.documents()
+            for text in texts:
                 yield Document(text=text, source=f.kind)
             i += 1
 
@@ -125,8 +137,17 @@ class Source:
                 st.st_size,
                 st.st_mtime_ns,
             ]
+            if f.skip_undecodable:
+                line.append("skip_undecodable")
             h.update((json.dumps(line) + "\n").encode())
         return h.hexdigest()
+
+    def num_bytes(self) -> int:
+        return sum(f.path.stat().st_size for f in self.files)
+
+    def describe(self) -> str:
+        """What the source holds, e.g. "pyenv: 17536 files, 261.3 MB"."""
+        return f"{self.spec}: {len(self.files)} files, {self.num_bytes() / 1e6:.1f} MB"
 
 
 def open_source(spec: str | Path, *, text_field: str = "text") -> Source:
@@ -134,6 +155,9 @@ def open_source(spec: str | Path, *, text_field: str = "text") -> Source:
 
     - "stdlib" or "stdlib:PACKAGE" (e.g. "stdlib:json"): the standard library's .py files
       (test packages and site-packages left out), sorted by relative path.
+    - "pyenv": every .py/.md/.rst file of the running environment's standard library and
+      site-packages (pyenv.py), one document each; files that do not decode are skipped and
+      counted.
     - a glob ("data/**/*.jsonl"): every matching file, sorted; each must have a known suffix.
     - a folder: every file with a known suffix below it (hidden entries skipped), sorted;
       each text file is one document.
@@ -151,6 +175,14 @@ def open_source(spec: str | Path, *, text_field: str = "text") -> Source:
         corpus, selection, path_spec = parsed
         found = corpora.corpus_files(corpus, path_spec, selection)
         return Source(spec, tuple(SourceFile(p, corpus.name, "text", selection) for p in found))
+    if spec == PYENV_SPEC:
+        found = pyenv_files(*pyenv_roots())
+        if not found:
+            raise DataError(
+                "pyenv: no .py, .md or .rst files in the standard library or site-packages"
+            )
+        files = (SourceFile(p, kind, skip_undecodable=True) for p, kind in found)
+        return Source(spec, tuple(files))
     if spec == STDLIB_SPEC or spec.startswith(STDLIB_SPEC + ":"):
         return Source(spec, tuple(_stdlib_files(spec[len(STDLIB_SPEC) + 1 :])))
     if any(ch in spec for ch in "*?["):
