@@ -114,7 +114,7 @@ def test_unknown_key_in_a_file_suggests_the_nearest(tmp_path: Path) -> None:
         (["optim.lr=fast"], "optim.lr = 'fast' is not a valid float"),
         (["train.compile=maybe"], "train.compile = 'maybe' is not a valid bool"),
         (["optim.betas=[0.9]"], "expected 2 values"),
-        (["train.precision=fp8"], "train.precision = 'fp8' is not one of fp32, bf16, fp16"),
+        (["train.precision=fp4"], "train.precision = 'fp4' is not one of fp32, bf16, fp16, fp8"),
         (
             ["train.residual_stream=bf16"],
             "train.residual_stream = 'bf16' is not one of fp32, autocast$",

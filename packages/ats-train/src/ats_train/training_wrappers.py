@@ -1,5 +1,6 @@
 """Training wrappers applied from outside the model, in one fixed order: the residual stream's
-dtype and the fused head + loss (ats_model.ForwardOptions), the fused projections, activation
+dtype and the fused head + loss (ats_model.ForwardOptions), the fused projections, the float8
+Linear layers (train.precision = "fp8", fp8.py), activation
 checkpointing, then torch.compile, then sharding, which the backend's wrap() does right after
 (fully_shard per block then the root for fsdp2, DistributedDataParallel for ddp). The model stays
 single-device math.
@@ -19,6 +20,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ats_train.config import TrainSection
+from ats_train.fp8 import apply_fp8
 
 
 def apply_activation_checkpointing(model: nn.Module) -> None:
@@ -70,7 +72,9 @@ def apply_training_wrappers(model: nn.Module, train: TrainSection) -> nn.Module:
             fused_loss_rows=train.fused_loss_rows,
         )
     )
-    model.fuse_projections(train.fused_projections)
+    model.fuse_projections(bool(train.fused_projections))
+    if train.precision == "fp8":
+        apply_fp8(model, train.fp8_recipe)
     if train.activation_checkpointing:
         apply_activation_checkpointing(model)
     if train.compile:

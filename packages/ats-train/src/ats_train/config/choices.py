@@ -8,7 +8,9 @@ from typing import Literal
 
 from ats_train.errors import ConfigError
 
-PrecisionName = Literal["fp32", "bf16", "fp16"]
+# fp8: bf16 autocast with the Linear layers' GEMMs in float8 through torchao (fp8.py)
+PrecisionName = Literal["fp32", "bf16", "fp16", "fp8"]
+Fp8Recipe = Literal["tensorwise", "rowwise"]  # torchao Float8LinearConfig.from_recipe_name
 # the residual stream's dtype under autocast (train.residual_stream)
 ResidualStream = Literal["fp32", "autocast"]
 ScheduleName = Literal["cosine", "wsd"]

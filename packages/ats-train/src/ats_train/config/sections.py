@@ -10,6 +10,7 @@ from typing import Any
 from ats_train.config.choices import (
     CheckpointFormat,
     DeviceName,
+    Fp8Recipe,
     LoaderMode,
     PrecisionName,
     ResidualStream,
@@ -62,6 +63,8 @@ class TrainSection:
     seq_len: int = 128
     seed: int = 1337
     precision: PrecisionName = "fp32"
+    # train.precision = "fp8": torchao's scaling recipe, one scale per tensor or per row (fp8.py)
+    fp8_recipe: Fp8Recipe = "tensorwise"
     # the residual stream's dtype under autocast: "fp32" (the embedding's), or "autocast" (bf16 /
     # fp16, as Megatron-Core carries it by default): half the bytes of every residual add and norm
     residual_stream: ResidualStream = "fp32"
@@ -72,8 +75,9 @@ class TrainSection:
     fused_loss: bool | None = None
     fused_loss_rows: int = 0  # rows of logits the fused loss holds at once; 0 = the micro-batch
     # q|k|v and gate|up each as one GEMM in training (one input-gradient GEMM instead of 3 or 2
-    # and a sum; ats_model Transformer.fuse_projections)
-    fused_projections: bool = True
+    # and a sum; ats_model Transformer.fuse_projections). None = on, except under fp8: the fused
+    # GEMMs read the weights directly and would bypass the float8 Linear layers.
+    fused_projections: bool | None = None
     compile: bool = False
     activation_checkpointing: bool = False
     cuda_graphs: bool = False  # forward + backward replayed from CUDA graphs (cuda_graphs.py)
@@ -114,6 +118,14 @@ class TrainSection:
             self.residual_stream == "fp32" or self.precision != "fp32",
             "train.residual_stream = 'autocast' needs train.precision bf16 or fp16 (fp32 runs "
             "without autocast)",
+        )
+        if self.fused_projections is None:
+            self.fused_projections = self.precision != "fp8"
+        require(
+            not (self.fused_projections and self.precision == "fp8"),
+            "train.fused_projections = true cannot run with train.precision = 'fp8': the fused "
+            "q|k|v and gate|up GEMMs read the weights directly, outside torchao's float8 Linear "
+            "layers (set train.fused_projections = false)",
         )
         if self.fused_loss is None:
             self.fused_loss = self.precision != "fp16"

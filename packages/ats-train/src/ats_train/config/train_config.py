@@ -45,6 +45,11 @@ class TrainConfig:
             "checkpoint.format = 'sharded' is not implemented for parallel.backend = "
             "'colossalai'; use checkpoint.format = 'full'",
         )
+        require(
+            self.train.precision != "fp8" or self.parallel.backend in ("single", "ddp", "fsdp2"),
+            f"train.precision = 'fp8' runs with parallel.backend single, ddp or fsdp2, not "
+            f"{self.parallel.backend!r} (its engine casts the model itself)",
+        )
 
     def _check_overlap_host(self) -> None:
         """train.overlap_host reads a step's numbers after the next step is queued: refuse what
