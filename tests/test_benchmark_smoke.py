@@ -1,0 +1,47 @@
+"""The #30 benchmark scripts' CPU smoke modes, end to end in a subprocess: what the H200 run will
+print is checked for shape and for facts computable by hand (parameter counts, one eval set)."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_script(*argv: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.run(
+        [sys.executable, *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
+    )
+
+
+@pytest.mark.slow
+def test_nanogpt_race_smoke(tmp_path):
+    out = tmp_path / "race.json"
+    result = run_script("benchmarks/nanogpt_race.py", "--smoke", "--out", str(out))
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(out.read_text())
+    rows = {r["name"]: r for r in report["results"]}
+    assert list(rows) == ["nanogpt", "ats_dense", "ats_moe", "ats_hybrid"]
+    # one held-out set for all: the same val tokens, hashed
+    assert len({r["eval_sha256"] for r in rows.values()}) == 1
+    for r in rows.values():
+        assert r["steps"] >= 3 and math.isfinite(r["final_val_loss"])
+        assert r["final_val_loss"] == r["curve"][-1][2]
+        assert [t for t, _, _ in r["curve"]] == sorted(t for t, _, _ in r["curve"])
+    # nanoGPT 2 x 64 wide, 4 heads, vocab 512, block 32, no biases: wte + wpe + 2 blocks + ln_f
+    block = 64 + 64 * 3 * 64 + 64 * 64 + 64 + 64 * 256 + 256 * 64
+    assert rows["nanogpt"]["params"] == 512 * 64 + 32 * 64 + 2 * block + 64
+    assert rows["ats_dense"]["params"] == rows["ats_dense"]["active_params"]
+    assert rows["ats_moe"]["active_params"] < rows["ats_moe"]["params"]
+    assert set(report["summary"]) == {
+        "ats_dense_time_to_nanogpt_final_s",
+        "nanogpt_train_s",
+        "moe_minus_dense_nats",
+        "hybrid_minus_dense_nats",
+    }
