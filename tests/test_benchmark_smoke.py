@@ -45,3 +45,20 @@ def test_nanogpt_race_smoke(tmp_path):
         "moe_minus_dense_nats",
         "hybrid_minus_dense_nats",
     }
+
+
+@pytest.mark.slow
+def test_fp8_smoke_runs_bf16_and_records_the_fp8_refusal(tmp_path):
+    out = tmp_path / "fp8.json"
+    result = run_script("benchmarks/fp8.py", "--smoke", "--out", str(out))
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["name"] for r in rows] == [
+        "tiny-dense_bf16",
+        "tiny-dense_fp8_tensorwise",
+        "tiny-dense_fp8_rowwise",
+    ]
+    assert rows[0]["tokens_per_s"] > 0 and math.isfinite(rows[0]["val_loss"])
+    assert len(rows[0]["loss_curve"]) == 4
+    for r in rows[1:]:
+        assert "needs a CUDA GPU with FP8 tensor cores" in r["error"]
