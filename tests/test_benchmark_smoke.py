@@ -62,3 +62,23 @@ def test_fp8_smoke_runs_bf16_and_records_the_fp8_refusal(tmp_path):
     assert len(rows[0]["loss_curve"]) == 4
     for r in rows[1:]:
         assert "needs a CUDA GPU with FP8 tensor cores" in r["error"]
+
+
+@pytest.mark.slow
+def test_mod_isoflops_smoke_spends_equal_flops(tmp_path):
+    out = tmp_path / "mod.json"
+    result = run_script("benchmarks/mod_isoflops.py", "--smoke", "--out", str(out))
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(out.read_text())
+    dense, mod = report["rows"]
+    assert (dense["name"], mod["name"]) == ("tiny-dense", "tiny-mod")
+    # MoD buys more steps with the same FLOPs: within one step's worth of dense's budget
+    assert mod["steps"] > dense["steps"]
+    assert abs(mod["train_flops"] - dense["train_flops"]) <= mod["train_flops"] / mod["steps"]
+    assert math.isfinite(mod["val_loss_causal_routing"]) and "val_loss_causal_routing" not in dense
+    assert set(report["summary"]) == {
+        "mod_steps_per_s_ratio",
+        "mod_wall_ratio",
+        "val_gap_topk",
+        "val_gap_causal_routing",
+    }
