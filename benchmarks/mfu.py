@@ -14,6 +14,11 @@ CPU smoke: uv run --no-sync python benchmarks/mfu.py --device cpu --preset tiny-
 --cuda-graphs replays forward + backward from CUDA graphs (train.cuda_graphs, compiled blocks
 included unless --no-compile: the lever for host-bound steps such as the MoE's).
 --profile DIR traces 3 more steps per run (ats_train.profiling: DIR/<run>/summary.txt, trace).
+--ceiling measures the device's bf16 matmul ceiling first (an 8192^3 product, the mean of 10
+after 3 warm-ups) and adds it to every row with the MFU against it (issue #30: 1B utilisation
+with the ceiling measured in the same run):
+  python3 benchmarks/mfu.py --preset 1b-dense,1b-moe --kernels auto --seq-len 2048 --batch 8 --ceiling
+--precision fp8 runs train.precision = fp8 (torchao float8 Linear, --fp8-recipe).
 Prints one JSON line per (preset, kernels) run, then one comparison line per preset:
   {"name", "ours", "baseline", "ratio", "hardware", "mfu", ...} (ours = auto, baseline = reference).
 """
@@ -53,11 +58,26 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def matmul_ceiling(device: torch.device, n: int = 8192, reps: int = 10) -> float:
+    """Measured bf16 matmul FLOP/s of `device`: an n x n x n product, mean of `reps` after 3."""
+    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    sync(device)
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        a @ b
+    sync(device)
+    return 2 * n**3 * reps / (time.perf_counter() - t0)
+
+
 def run(preset: str, kernels: str, sdpa: str, args: argparse.Namespace) -> dict:
     """Build through ats_train, train args.warmup + args.steps steps, return the measurement."""
     config = build_config({
         "model.preset": preset, "kernels": kernels, "train.device": args.device,
-        "train.precision": args.precision, "train.residual_stream": args.residual_stream,
+        "train.precision": args.precision, "train.fp8_recipe": args.fp8_recipe,
+        "train.residual_stream": args.residual_stream,
         "train.compile": args.compile,
         "train.cuda_graphs": args.cuda_graphs, "train.fused_loss": args.fused_loss == "on",
         "train.fused_loss_rows": args.fused_loss_rows,
@@ -167,7 +187,11 @@ def main() -> None:
     parser.add_argument(
         "--sdpa", default="auto", help="train.sdpa_backend, comma list: one row per value (ours)"
     )
-    parser.add_argument("--precision", default="bf16", choices=("bf16", "fp32"))
+    parser.add_argument("--precision", default="bf16", choices=("bf16", "fp32", "fp8"))
+    parser.add_argument("--fp8-recipe", default="tensorwise", choices=("tensorwise", "rowwise"))
+    parser.add_argument(
+        "--ceiling", action="store_true", help="measure the bf16 matmul ceiling first (module doc)"
+    )
     parser.add_argument(
         "--residual-stream",
         default="fp32",
@@ -210,6 +234,13 @@ def main() -> None:
             f"benchmarks/mfu.py: --steps {args.steps} and --batch {args.batch} must be >= 1"
         )
     kernel_runs = args.kernels.split(",")
+    ceiling = None
+    if args.ceiling:
+        ceiling = matmul_ceiling(
+            torch.device(args.device), 8192 if cuda else 256, 10 if cuda else 2
+        )
+        print(json.dumps({"name": "matmul_ceiling_bf16", "tflops": round(ceiling / 1e12, 1),
+                          "hardware": hardware(torch.device(args.device))}), flush=True)  # fmt: skip
     for preset in args.preset.split(","):
         rows = {}
         for kernels in kernel_runs:
@@ -218,6 +249,10 @@ def main() -> None:
                 args.sdpa.split(",") if kernels == kernel_runs[0] else args.sdpa.split(",")[:1]
             ):
                 row = run(preset, kernels, sdpa, args)
+                if ceiling is not None:
+                    row["matmul_ceiling_tflops"] = round(ceiling / 1e12, 1)
+                    achieved = row["tokens_per_s"] * row["flops_per_token"]
+                    row["mfu_of_ceiling"] = round(achieved / ceiling, 4)
                 rows.setdefault(kernels, row)
                 print(json.dumps(row), flush=True)
                 if cuda:
