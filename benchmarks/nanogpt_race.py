@@ -13,7 +13,8 @@ The clock stops during evaluations: each evaluates the same first --eval-tokens 
 (held-out files of the corpus) every budget/--evals seconds and at the end.
 
 Data: --data DIR (a folder prepared by `ats-data prepare`) or --source SPEC --tokenizer JSON
-(prepared here with every CPU; --max-mb cuts a raw source to its first whole files).
+(prepared here with every CPU into --data DIR if given, for the other benchmarks to reuse; --max-mb
+cuts a raw source to its first whole files).
 --make-tokenizer OUT trains the 32k BPE on the first --tokenizer-mb of --source and exits (ATS's
 native trainer takes seconds; the pure-Python one on a GPU host without ats_native takes long).
 
@@ -210,14 +211,17 @@ def run_ats(name: str, args, data_dir: Path, batches, device, run_dir: Path) -> 
 
 
 def prepared_data(args, work: Path) -> Path:
-    if args.data is not None:
+    """--data as is when it holds a prepared corpus and no --tokenizer is given; else --source
+    prepared with --tokenizer into --data (kept for the other benchmarks) or a temporary folder.
+    prepare() reuses a folder that already holds the same source and tokenizer's shards."""
+    if args.data is not None and args.tokenizer is None:
         return args.data
     if args.tokenizer is None:
-        raise SystemExit("nanogpt_race: --source needs --tokenizer (or pass --data DIR)")
+        raise SystemExit("nanogpt_race: --source needs --tokenizer (or pass a prepared --data)")
     source, note = sliced_source(args.source, int(args.max_mb * 1e6) if args.max_mb else None)
     print(f"corpus {note}", flush=True)
     t0 = time.perf_counter()
-    out = prepare(source, args.tokenizer, work / "data", workers=os.cpu_count() or 1)
+    out = prepare(source, args.tokenizer, args.data or work / "data", workers=os.cpu_count() or 1)
     print(f"prepared in {time.perf_counter() - t0:.1f} s", flush=True)
     return out
 
@@ -251,14 +255,14 @@ def summary(results: list[dict]) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data", type=Path, default=None, help="a folder prepared by ats-data")
+    p.add_argument("--data", type=Path, default=None, help="a prepared folder (module doc)")
     p.add_argument("--source", default="pyenv", help="a source spec to prepare (with --tokenizer)")
     p.add_argument("--tokenizer", type=Path, default=None)
     p.add_argument("--max-mb", type=float, default=None, help="cut --source to its first N MB")
     p.add_argument("--make-tokenizer", type=Path, default=None, help="train the BPE here, exit")
     p.add_argument("--vocab", type=int, default=32768, help="--make-tokenizer's vocabulary")
     p.add_argument("--tokenizer-mb", type=float, default=64.0, help="--make-tokenizer's text")
-    p.add_argument("--contenders", default=",".join(CONTENDERS))
+    p.add_argument("--contenders", default=",".join(CONTENDERS), help="comma list, or none")
     p.add_argument("--budget", type=float, default=300.0, help="seconds per contender, compile in")
     p.add_argument("--evals", type=int, default=10, help="evaluations per contender")
     p.add_argument("--eval-tokens", type=int, default=262144)
@@ -285,7 +289,7 @@ def main() -> None:
     device = torch.device("cpu" if args.smoke else "cuda")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("nanogpt_race: no CUDA device (use --smoke for a CPU run)")
-    names = args.contenders.split(",")
+    names = [n for n in args.contenders.split(",") if n and n != "none"]
     if unknown := set(names) - set(CONTENDERS):
         raise SystemExit(f"nanogpt_race: unknown contenders {sorted(unknown)} (of {CONTENDERS})")
     with tempfile.TemporaryDirectory() as tmp:

@@ -30,8 +30,9 @@ class ModelSection:
 
 @dataclass
 class DataSection:
-    # "stdlib" (the Python standard library's own sources), a text file, folder, glob, JSONL or
-    # Parquet file, or a directory prepared by `ats-data prepare`.
+    # "stdlib" (the Python standard library's own sources), "pyenv" (stdlib + site-packages .py,
+    # .md, .rst files: ats_data.pyenv), a text file, folder, glob, JSONL or Parquet file, or a
+    # directory prepared by `ats-data prepare`.
     source: str = "stdlib"
     tokenizer: str | None = None  # tokenizer.json; None: train one on the source (cached)
     vocab_size: int = 2048  # for the auto-trained tokenizer
