@@ -286,12 +286,12 @@ def main() -> None:
         args.budget, args.evals, args.eval_tokens = min(args.budget, 3.0), 2, 2048
         args.batch, args.seq_len, args.warmup, args.compile = 4, 32, 5, False
         args.min_steps = 3
-    device = torch.device("cpu" if args.smoke else "cuda")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("nanogpt_race: no CUDA device (use --smoke for a CPU run)")
     names = [n for n in args.contenders.split(",") if n and n != "none"]
     if unknown := set(names) - set(CONTENDERS):
         raise SystemExit(f"nanogpt_race: unknown contenders {sorted(unknown)} (of {CONTENDERS})")
+    device = torch.device("cpu" if args.smoke else "cuda")
+    if names and device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("nanogpt_race: no CUDA device (use --smoke for a CPU run)")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         data_dir = smoke_data(work) if args.smoke else prepared_data(args, work)
@@ -314,7 +314,7 @@ def main() -> None:
         report = {"results": results, "summary": summary(results),
                   "corpus": dataset.index.get("source"),
                   "train_tokens": dataset.num_tokens("train"), "val_tokens": dataset.num_tokens("val"),
-                  "hardware": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+                  "hardware": torch.cuda.get_device_name() if names and device.type == "cuda" else "cpu",
                   "torch": torch.__version__}  # fmt: skip
     print(
         f"{'contender':12s} {'params':>12s} {'active':>12s} {'steps':>7s} {'tok/s':>10s} {'val loss':>9s}"
