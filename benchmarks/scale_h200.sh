@@ -26,14 +26,14 @@ part() {  # part NAME SECONDS CMD...: run with a timeout, log, keep going
   timeout "$secs" "$@" 2>&1 | grep -v -e '^step ' -e '^train ' | tee -a "$LOG"
   echo "=== $name rc=$? in $((SECONDS - t0)) s" | tee -a "$LOG"
 }
-part race 240 python3 $B/nanogpt_race.py --data $DATA --source pyenv --max-mb 200 \
-  --tokenizer .corpus/tok32k.json --budget 35 --evals 4 --eval-tokens 131072 --out "$OUT/race.json"
-part mfu 85 python3 $B/mfu.py --preset 1b-dense,1b-moe --kernels auto --seq-len 2048 --batch 8 \
+part race 245 python3 $B/nanogpt_race.py --data $DATA --source pyenv --max-mb 200 \
+  --tokenizer .corpus/tok32k.json --budget 40 --evals 4 --eval-tokens 131072 --out "$OUT/race.json"
+part mfu 80 python3 $B/mfu.py --preset 1b-dense,1b-moe --kernels auto --seq-len 2048 --batch 8 \
   --warmup 3 --steps 8 --ceiling --profile /tmp/prof
 for f in /tmp/prof/*/summary.txt; do
   [ -f "$f" ] && cp "$f" "$OUT/prof_$(basename "$(dirname "$f")").txt"
 done
-part fp8 110 python3 $B/fp8.py --data $DATA --steps 30 --warmup 8 --batch 4 --seq-len 2048 \
+part fp8 105 python3 $B/fp8.py --data $DATA --steps 30 --warmup 8 --batch 4 --seq-len 2048 \
   --eval-tokens 65536 --out "$OUT/fp8.json"
-part mod 75 python3 $B/mod_isoflops.py --data $DATA --size 124m --dense-steps 200 \
+part mod 70 python3 $B/mod_isoflops.py --data $DATA --size 124m --dense-steps 200 \
   --eval-tokens 131072 --out "$OUT/mod.json"
