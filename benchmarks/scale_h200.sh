@@ -3,14 +3,14 @@
 # race on the pyenv corpus, 1B MFU with the measured matmul ceiling and profile summaries, FP8
 # (1b-dense bf16 vs fp8 tensorwise / rowwise) and MoD at iso-FLOPs. Each part has its own timeout,
 # so one overrun leaves the others their time; results land in $OUT as JSON (+ one log).
-# Needs, carried beside the working tree: .whl/torchao-0.17.0-*.whl (torchao built for torch
-# 2.11) and .corpus/tok32k.json (the 32k BPE, trained by `nanogpt_race.py --make-tokenizer`).
+# Needs, carried beside the working tree: .whl/ with torchao-0.17.0 (built for torch 2.11) and the
+# cp312 wheels of ats-data's dependencies the image lacks (mwparserfromhell, xxhash), and .corpus/tok32k.json (the 32k BPE, trained by `nanogpt_race.py --make-tokenizer`).
 # Run from the repository root: bash benchmarks/scale_h200.sh
 set -u -o pipefail
 OUT=${OUT:?set OUT to the results folder}
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/torchao-*.whl || exit 1
+  --target /tmp/site .whl/*.whl || exit 1
 PYTHONPATH=$(ls -d "$PWD"/packages/*/src | paste -sd:):/tmp/site
 export PYTHONPATH
 B=benchmarks
