@@ -11,7 +11,10 @@ tokens). The reference line "generate" is `ats_native.Model.generate`'s decode t
 Models come from benchmarks/native.py (random-init weights, cached under --cache): dense-254m,
 moe-879m, plus "small" (dim 256, 4 layers, vocab 32000) for a quick run on a loaded machine.
 Precisions: int8 (llama.cpp Q8_0) and int4 (Q4_0). llama.cpp runs from --llama-python (a venv with
-`llama-cpp-python[server]`), skipped with --no-llama-cpp.
+`llama-cpp-python[server]`), skipped with --no-llama-cpp. --baseline-src DIR also serves from the
+ats_infer sources under DIR (e.g. `git archive REV packages/ats-infer/src | tar -x -C DIR`; on
+PYTHONPATH ahead of the installed package) as server "ats-infer@baseline", in the same invocation,
+so that a change to the server is compared against the code before it on the same (shared) CPU.
 
 Prints one JSON line per measurement: {"name", "server", "model", "precision", "concurrency",
 "tok_s", "ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s", "requests", "tokens", "hardware"}.
@@ -47,8 +50,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start(cmd: list[str], port: int, log: Path) -> subprocess.Popen:
-    proc = subprocess.Popen(cmd, stdout=open(log, "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
+def start(cmd: list[str], port: int, log: Path, env: dict[str, str] | None) -> subprocess.Popen:
+    out = open(log, "wb")  # noqa: SIM115
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -119,16 +123,23 @@ def generate_rate(model_dir: Path, max_tokens: int) -> float:
     return best
 
 
-def servers(paths: dict, args: argparse.Namespace, port: int) -> dict[str, list[str]]:
+def servers(paths: dict, args: argparse.Namespace, port: int) -> dict[str, tuple[list, dict]]:
+    """Server name -> (command, environment or None for this one's)."""
     ats = [sys.executable, "-m", "ats_infer.cli", "serve", str(paths["ats"]), "--port", str(port),
            "--threads", str(THREADS), "--slots", "8", "--model-name", "bench"]  # fmt: skip
-    out = {"ats-infer": ats}
+    out = {"ats-infer": (ats, None)}
+    if args.baseline_src is not None:
+        src = args.baseline_src / "packages" / "ats-infer" / "src"
+        if not (src / "ats_infer" / "cli.py").is_file():
+            raise SystemExit(f"--baseline-src {args.baseline_src}: no {src}/ats_infer/cli.py")
+        env = {**os.environ, "PYTHONPATH": str(src)}
+        out["ats-infer@baseline"] = (ats, env)
     if args.llama_python is not None:
-        out["llama-cpp-python"] = [
+        out["llama-cpp-python"] = ([
             str(args.llama_python), "-m", "llama_cpp.server", "--model", str(paths["gguf"]),
             "--port", str(port), "--n_threads", str(THREADS), "--n_threads_batch", str(THREADS),
             "--n_ctx", "2048", "--model_alias", "bench",
-        ]  # fmt: skip
+        ], None)  # fmt: skip
     return out
 
 
@@ -147,6 +158,10 @@ def main() -> None:
     parser.add_argument("--llama-python", type=Path, default=None,
                         help="python of a venv with llama-cpp-python[server]")  # fmt: skip
     parser.add_argument("--no-llama-cpp", action="store_true")
+    parser.add_argument("--baseline-src", type=Path, default=None,
+                        help="also serve from the ats_infer sources under this checkout")  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="alternate the servers this many times (shared-machine noise)")  # fmt: skip
     args = parser.parse_args()
     if args.no_llama_cpp:
         args.llama_python = None
@@ -163,19 +178,21 @@ def main() -> None:
             rate = generate_rate(paths["ats"], args.max_tokens)
             print(json.dumps({"name": f"serving/{name}/{precision}/generate", **row,
                               "server": "ats generate", "concurrency": 1, "tok_s": rate}), flush=True)  # fmt: skip
-            for server, cmd in servers(paths, args, port := free_port()).items():
-                log = args.cache / f"serving-{server}.log"
-                proc = start(cmd, port, log)
-                try:
-                    for c in args.concurrency:
-                        stats = asyncio.run(
-                            drive(f"http://127.0.0.1:{port}", c, args.requests, args.max_tokens)
-                        )
-                        print(json.dumps({"name": f"serving/{name}/{precision}/{server}/c{c}", **row,
-                                          "server": server, "concurrency": c, **stats}), flush=True)  # fmt: skip
-                finally:
-                    proc.terminate()
-                    proc.wait(timeout=120)
+            for round_ in range(args.rounds):
+                for server, (cmd, env) in servers(paths, args, port := free_port()).items():
+                    log = args.cache / f"serving-{server}.log"
+                    proc = start(cmd, port, log, env)
+                    try:
+                        for c in args.concurrency:
+                            stats = asyncio.run(
+                                drive(f"http://127.0.0.1:{port}", c, args.requests, args.max_tokens)
+                            )
+                            print(json.dumps({"name": f"serving/{name}/{precision}/{server}/c{c}",
+                                              **row, "server": server, "concurrency": c,
+                                              "round": round_ + 1, **stats}), flush=True)  # fmt: skip
+                    finally:
+                        proc.terminate()
+                        proc.wait(timeout=120)
 
 
 if __name__ == "__main__":

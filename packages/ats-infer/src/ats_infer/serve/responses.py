@@ -30,24 +30,36 @@ def stream(
     first: Iterable[dict[str, Any]] = (),
 ) -> StreamingResponse:
     """`first` chunks, then {**base, "choices": [delta(index, piece)]} per piece, then usage."""
+    frame = choice_framer(base)
 
-    async def chunks() -> AsyncIterator[dict[str, Any]]:
+    async def events() -> AsyncIterator[bytes]:
         try:
             for chunk in first:
-                yield chunk
+                yield sse(chunk)
             completion_tokens = 0
             async for index, piece in merged(running.choices):
-                completion_tokens += len(piece.tokens)
-                yield {**base, "choices": [delta(index, piece)]}
+                completion_tokens += piece.n_tokens
+                yield frame(delta(index, piece))
             if include_usage:
                 usage_chunk = usage(running.prompt_tokens, completion_tokens)
-                yield {**base, "choices": [], "usage": usage_chunk}
+                yield sse({**base, "choices": [], "usage": usage_chunk})
         finally:
             running.cancel()
 
     return StreamingResponse(
-        sse_stream(chunks()), media_type="text/event-stream", headers=running.headers
+        sse_stream(events()), media_type="text/event-stream", headers=running.headers
     )
+
+
+def choice_framer(base: dict[str, Any]) -> Callable[[dict[str, Any]], bytes]:
+    """choice -> sse({**base, "choices": [choice]}), byte for byte, with base's JSON written once
+    (a streamed token's event is mostly base)."""
+    head = b"data: " + _dumps(base)[:-1] + b',"choices":['
+
+    def frame(choice: dict[str, Any]) -> bytes:
+        return head + _dumps(choice) + b"]}\n\n"
+
+    return frame
 
 
 async def collect_all(running: Running) -> tuple[list[Choice], dict[str, int]]:
@@ -60,17 +72,20 @@ async def collect_all(running: Running) -> tuple[list[Choice], dict[str, int]]:
     return choices, usage(running.prompt_tokens, completion_tokens)
 
 
+def _dumps(payload: Any) -> bytes:
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+
+
 def sse(payload: Any) -> bytes:
-    text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
-    return f"data: {text}\n\n".encode()
+    return b"data: " + _dumps(payload) + b"\n\n"
 
 
-async def sse_stream(chunks: AsyncIterator[dict]) -> AsyncIterator[bytes]:
-    """data: {chunk} events, then data: [DONE]; an error mid-stream is sent as an error event
-    (as OpenAI does) and ends the stream."""
+async def sse_stream(events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """The events, then data: [DONE]; an error mid-stream is sent as an error event (as OpenAI
+    does) and ends the stream."""
     try:
-        async for chunk in chunks:
-            yield sse(chunk)
+        async for event in events:
+            yield event
     except APIError as err:
         yield sse(error_body(err.status, err.message, err.param, err.code))
     yield b"data: [DONE]\n\n"
