@@ -54,8 +54,10 @@ WORDS = re.compile(r"\w+")
 
 
 def module_docs(mb: float) -> list[tuple[str, list[tuple[str, list[str]]]]]:
-    """(module name, [(section title, paragraphs)]) from stdlib docstrings, about `mb` MB."""
-    out, size = [], 0
+    """(module name, [(section title, paragraphs)]) from stdlib docstrings (module, classes,
+    functions, methods), about `mb` MB: the modules are taken again, renamed, when one pass over
+    the stdlib holds less."""
+    found, size = [], 0
     root = Path(sysconfig.get_paths()["stdlib"])
     for path in sorted(root.rglob("*.py")):
         if {"test", "tests", "site-packages", "idle_test"} & set(path.relative_to(root).parts):
@@ -65,19 +67,30 @@ def module_docs(mb: float) -> list[tuple[str, list[tuple[str, list[str]]]]]:
         except (SyntaxError, UnicodeDecodeError):
             continue
         sections = []
-        lead = ast.get_docstring(tree) or ""
         for node in tree.body:
-            if isinstance(node, ast.ClassDef | ast.FunctionDef) and ast.get_docstring(node):
-                paras = [p.strip() for p in ast.get_docstring(node).split("\n\n") if p.strip()]
-                sections.append((node.name, paras))
-        paras = [p.strip() for p in lead.split("\n\n") if p.strip()]
+            inner = node.body if isinstance(node, ast.ClassDef) else []
+            for item in [node, *inner]:
+                doc = isinstance(item, ast.ClassDef | ast.FunctionDef) and ast.get_docstring(item)
+                if doc:
+                    paras = [p.strip() for p in doc.split("\n\n") if p.strip()]
+                    name = item.name if item is node else f"{node.name}.{item.name}"
+                    sections.append((name, paras))
+        paras = [p.strip() for p in (ast.get_docstring(tree) or "").split("\n\n") if p.strip()]
         if not paras or len(sections) < 2:
             continue
         name = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
-        out.append((name, [("", paras), *sections]))
-        size += sum(len(p) for _, ps in out[-1][1] for p in ps)
+        found.append((name, [("", paras), *sections]))
+        size += sum(len(p) for _, ps in found[-1][1] for p in ps)
         if size > mb * 1e6:
-            break
+            return found
+    out, copy = list(found), 1
+    while size < mb * 1e6:
+        copy += 1
+        for name, sections in found:
+            out.append((f"{name} {copy}", sections))
+            size += sum(len(p) for _, ps in sections for p in ps)
+            if size > mb * 1e6:
+                break
     return out
 
 
