@@ -16,8 +16,14 @@ ats_infer sources under DIR (e.g. `git archive REV packages/ats-infer/src | tar 
 PYTHONPATH ahead of the installed package) as server "ats-infer@baseline", in the same invocation,
 so that a change to the server is compared against the code before it on the same (shared) CPU.
 
+Each row also has "cpu_ms_per_token": CPU time (user + system, all threads) the server process
+spent per generated token over the run, and for "generate" that of the in-process decode loop.
+On a shared machine wall-clock rates swing with the other jobs' load; CPU time per token barely
+does, and its excess over generate's is the server's own per-token cost (HTTP, SSE, scheduling).
+
 Prints one JSON line per measurement: {"name", "server", "model", "precision", "concurrency",
-"tok_s", "ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s", "requests", "tokens", "hardware"}.
+"tok_s", "cpu_ms_per_token", "ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s", "requests",
+"tokens", "hardware"}.
 Run: uv run --no-sync python benchmarks/serving.py --models small --precisions int8
 """
 
@@ -106,21 +112,29 @@ async def drive(url: str, concurrency: int, n: int, max_tokens: int) -> dict:
             "itl_p99_s": float(np.percentile(itl, 99)), "requests": n, "tokens": tokens}  # fmt: skip
 
 
-def generate_rate(model_dir: Path, max_tokens: int) -> float:
-    """Decode tokens/s of ats_native.Model.generate, one prompt, in-process."""
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process `pid`, all its threads (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def generate_rate(model_dir: Path, max_tokens: int) -> tuple[float, float]:
+    """Decode tokens/s of ats_native.Model.generate, one prompt, in-process, and its CPU
+    milliseconds per token."""
     import ats_native
     from ats_tokenizer import Tokenizer
 
     model = ats_native.Model(str(model_dir), threads=THREADS)
     ids = Tokenizer.load(model_dir / "tokenizer.json").encode(PROMPTS[0])
-    best = 0.0
+    best, cpu_ms = 0.0, float("inf")
     for _ in range(2):
         tokens = model.generate(ids, max_tokens)
         next(tokens)  # prefill + first token
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), cpu_seconds(os.getpid())
         n = sum(1 for _ in tokens)
         best = max(best, n / (time.perf_counter() - start))
-    return best
+        cpu_ms = min(cpu_ms, (cpu_seconds(os.getpid()) - cpu) * 1000 / n)
+    return best, cpu_ms
 
 
 def servers(paths: dict, args: argparse.Namespace, port: int) -> dict[str, tuple[list, dict]]:
@@ -175,18 +189,22 @@ def main() -> None:
         for precision in args.precisions:
             paths = prepared[precision]
             row = {"model": name, "precision": precision, "hardware": hw}
-            rate = generate_rate(paths["ats"], args.max_tokens)
+            rate, cpu_ms = generate_rate(paths["ats"], args.max_tokens)
             print(json.dumps({"name": f"serving/{name}/{precision}/generate", **row,
-                              "server": "ats generate", "concurrency": 1, "tok_s": rate}), flush=True)  # fmt: skip
+                              "server": "ats generate", "concurrency": 1, "tok_s": rate,
+                              "cpu_ms_per_token": cpu_ms}), flush=True)  # fmt: skip
             for round_ in range(args.rounds):
                 for server, (cmd, env) in servers(paths, args, port := free_port()).items():
                     log = args.cache / f"serving-{server}.log"
                     proc = start(cmd, port, log, env)
                     try:
                         for c in args.concurrency:
+                            cpu = cpu_seconds(proc.pid)
                             stats = asyncio.run(
                                 drive(f"http://127.0.0.1:{port}", c, args.requests, args.max_tokens)
                             )
+                            cpu_ms = (cpu_seconds(proc.pid) - cpu) * 1000 / stats["tokens"]
+                            stats["cpu_ms_per_token"] = cpu_ms  # the warm-up request included
                             print(json.dumps({"name": f"serving/{name}/{precision}/{server}/c{c}",
                                               **row, "server": server, "concurrency": c,
                                               "round": round_ + 1, **stats}), flush=True)  # fmt: skip
