@@ -1,7 +1,9 @@
 """ats-data corpus pipeline throughput on this machine: MB/s of input for each corpus reader,
 MinHash signatures per second (ats-data's batched xxh64 + multiply-add-shift signatures vs
 datatrove's MinhashDedupSignature hashing on the same documents, alternated --runs times in one
-process), and end to end (`extract --dedup minhash`).
+process), and end to end: `extract --dedup minhash` (read -> clean -> MinHash dedup -> JSONL) and
+`prepare --dedup minhash` (read -> clean -> exact + MinHash dedup -> tokenize -> shards, with a
+4096-token BPE trained on the same text first, not timed).
 
 Inputs are synthetic dumps in each published format, built from the Python standard library's
 text (deterministic), about --mb MB of uncompressed text each. WikiExtractor is not installed
@@ -25,7 +27,9 @@ from xml.sax.saxutils import escape, quoteattr
 
 from ats_data.extract import extract
 from ats_data.minhash import MinHashConfig, signatures
+from ats_data.prepare import prepare
 from ats_data.sources import open_source
+from ats_tokenizer import Tokenizer
 
 
 def paragraphs(mb: float) -> list[str]:
@@ -203,6 +207,23 @@ def main() -> None:
                 )
                 emit(
                     f"end to end: wikipedia extract --dedup minhash --workers {workers} "
+                    "(MB/s of text)",
+                    text_mb / seconds,
+                    None,
+                    "MB/s",
+                    text_mb,
+                )
+            tokenizer = tmp / "tokenizer.json"
+            Tokenizer.train(paras[:2000], 4096).save(tokenizer)
+            for workers in (1, 2):
+                out = tmp / f"prepared-{workers}"
+                _, seconds = timed(
+                    lambda out=out, w=workers: prepare(
+                        specs["wikipedia"], tokenizer, out, workers=w, dedup="minhash"
+                    )
+                )
+                emit(
+                    f"end to end: wikipedia prepare --dedup minhash --workers {workers} "
                     "(MB/s of text)",
                     text_mb / seconds,
                     None,

@@ -11,10 +11,19 @@ tokens). The reference line "generate" is `ats_native.Model.generate`'s decode t
 Models come from benchmarks/native.py (random-init weights, cached under --cache): dense-254m,
 moe-879m, plus "small" (dim 256, 4 layers, vocab 32000) for a quick run on a loaded machine.
 Precisions: int8 (llama.cpp Q8_0) and int4 (Q4_0). llama.cpp runs from --llama-python (a venv with
-`llama-cpp-python[server]`), skipped with --no-llama-cpp.
+`llama-cpp-python[server]`), skipped with --no-llama-cpp. --baseline-src DIR also serves from the
+ats_infer sources under DIR (e.g. `git archive REV packages/ats-infer/src | tar -x -C DIR`; on
+PYTHONPATH ahead of the installed package) as server "ats-infer@baseline", in the same invocation,
+so that a change to the server is compared against the code before it on the same (shared) CPU.
+
+Each row also has "cpu_ms_per_token": CPU time (user + system, all threads) the server process
+spent per generated token over the run, and for "generate" that of the in-process decode loop.
+On a shared machine wall-clock rates swing with the other jobs' load; CPU time per token barely
+does, and its excess over generate's is the server's own per-token cost (HTTP, SSE, scheduling).
 
 Prints one JSON line per measurement: {"name", "server", "model", "precision", "concurrency",
-"tok_s", "ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s", "requests", "tokens", "hardware"}.
+"tok_s", "cpu_ms_per_token", "ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s", "requests",
+"tokens", "hardware"}.
 Run: uv run --no-sync python benchmarks/serving.py --models small --precisions int8
 """
 
@@ -47,8 +56,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start(cmd: list[str], port: int, log: Path) -> subprocess.Popen:
-    proc = subprocess.Popen(cmd, stdout=open(log, "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
+def start(cmd: list[str], port: int, log: Path, env: dict[str, str] | None) -> subprocess.Popen:
+    out = open(log, "wb")  # noqa: SIM115
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -102,33 +112,48 @@ async def drive(url: str, concurrency: int, n: int, max_tokens: int) -> dict:
             "itl_p99_s": float(np.percentile(itl, 99)), "requests": n, "tokens": tokens}  # fmt: skip
 
 
-def generate_rate(model_dir: Path, max_tokens: int) -> float:
-    """Decode tokens/s of ats_native.Model.generate, one prompt, in-process."""
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process `pid`, all its threads (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def generate_rate(model_dir: Path, max_tokens: int) -> tuple[float, float]:
+    """Decode tokens/s of ats_native.Model.generate, one prompt, in-process, and its CPU
+    milliseconds per token."""
     import ats_native
     from ats_tokenizer import Tokenizer
 
     model = ats_native.Model(str(model_dir), threads=THREADS)
     ids = Tokenizer.load(model_dir / "tokenizer.json").encode(PROMPTS[0])
-    best = 0.0
+    best, cpu_ms = 0.0, float("inf")
     for _ in range(2):
         tokens = model.generate(ids, max_tokens)
         next(tokens)  # prefill + first token
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), cpu_seconds(os.getpid())
         n = sum(1 for _ in tokens)
         best = max(best, n / (time.perf_counter() - start))
-    return best
+        cpu_ms = min(cpu_ms, (cpu_seconds(os.getpid()) - cpu) * 1000 / n)
+    return best, cpu_ms
 
 
-def servers(paths: dict, args: argparse.Namespace, port: int) -> dict[str, list[str]]:
+def servers(paths: dict, args: argparse.Namespace, port: int) -> dict[str, tuple[list, dict]]:
+    """Server name -> (command, environment or None for this one's)."""
     ats = [sys.executable, "-m", "ats_infer.cli", "serve", str(paths["ats"]), "--port", str(port),
            "--threads", str(THREADS), "--slots", "8", "--model-name", "bench"]  # fmt: skip
-    out = {"ats-infer": ats}
+    out = {"ats-infer": (ats, None)}
+    if args.baseline_src is not None:
+        src = args.baseline_src / "packages" / "ats-infer" / "src"
+        if not (src / "ats_infer" / "cli.py").is_file():
+            raise SystemExit(f"--baseline-src {args.baseline_src}: no {src}/ats_infer/cli.py")
+        env = {**os.environ, "PYTHONPATH": str(src)}
+        out["ats-infer@baseline"] = (ats, env)
     if args.llama_python is not None:
-        out["llama-cpp-python"] = [
+        out["llama-cpp-python"] = ([
             str(args.llama_python), "-m", "llama_cpp.server", "--model", str(paths["gguf"]),
             "--port", str(port), "--n_threads", str(THREADS), "--n_threads_batch", str(THREADS),
             "--n_ctx", "2048", "--model_alias", "bench",
-        ]  # fmt: skip
+        ], None)  # fmt: skip
     return out
 
 
@@ -147,6 +172,10 @@ def main() -> None:
     parser.add_argument("--llama-python", type=Path, default=None,
                         help="python of a venv with llama-cpp-python[server]")  # fmt: skip
     parser.add_argument("--no-llama-cpp", action="store_true")
+    parser.add_argument("--baseline-src", type=Path, default=None,
+                        help="also serve from the ats_infer sources under this checkout")  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="alternate the servers this many times (shared-machine noise)")  # fmt: skip
     args = parser.parse_args()
     if args.no_llama_cpp:
         args.llama_python = None
@@ -160,22 +189,28 @@ def main() -> None:
         for precision in args.precisions:
             paths = prepared[precision]
             row = {"model": name, "precision": precision, "hardware": hw}
-            rate = generate_rate(paths["ats"], args.max_tokens)
+            rate, cpu_ms = generate_rate(paths["ats"], args.max_tokens)
             print(json.dumps({"name": f"serving/{name}/{precision}/generate", **row,
-                              "server": "ats generate", "concurrency": 1, "tok_s": rate}), flush=True)  # fmt: skip
-            for server, cmd in servers(paths, args, port := free_port()).items():
-                log = args.cache / f"serving-{server}.log"
-                proc = start(cmd, port, log)
-                try:
-                    for c in args.concurrency:
-                        stats = asyncio.run(
-                            drive(f"http://127.0.0.1:{port}", c, args.requests, args.max_tokens)
-                        )
-                        print(json.dumps({"name": f"serving/{name}/{precision}/{server}/c{c}", **row,
-                                          "server": server, "concurrency": c, **stats}), flush=True)  # fmt: skip
-                finally:
-                    proc.terminate()
-                    proc.wait(timeout=120)
+                              "server": "ats generate", "concurrency": 1, "tok_s": rate,
+                              "cpu_ms_per_token": cpu_ms}), flush=True)  # fmt: skip
+            for round_ in range(args.rounds):
+                for server, (cmd, env) in servers(paths, args, port := free_port()).items():
+                    log = args.cache / f"serving-{server}.log"
+                    proc = start(cmd, port, log, env)
+                    try:
+                        for c in args.concurrency:
+                            cpu = cpu_seconds(proc.pid)
+                            stats = asyncio.run(
+                                drive(f"http://127.0.0.1:{port}", c, args.requests, args.max_tokens)
+                            )
+                            cpu_ms = (cpu_seconds(proc.pid) - cpu) * 1000 / stats["tokens"]
+                            stats["cpu_ms_per_token"] = cpu_ms  # the warm-up request included
+                            print(json.dumps({"name": f"serving/{name}/{precision}/{server}/c{c}",
+                                              **row, "server": server, "concurrency": c,
+                                              "round": round_ + 1, **stats}), flush=True)  # fmt: skip
+                    finally:
+                        proc.terminate()
+                        proc.wait(timeout=120)
 
 
 if __name__ == "__main__":

@@ -77,7 +77,7 @@ def test_package_imports_follow_the_dependency_direction(package: str) -> None:
         ("ats_model", "torch.distributed.fsdp", True),
         ("ats_model", "torch.nn", False),
         ("ats_infer", "ats_train.trainer", True),
-        ("ats_infer", "ats_data", False),  # eval-ppl and GPTQ calibration use its split
+        ("ats_infer", "ats_data", False),  # the [eval] extra: function-local, see below
         ("ats_infer", "deepspeed", True),
         ("ats_infer", "colossalai.booster", True),
         ("ats_infer", "ats_model", False),
@@ -92,6 +92,11 @@ def test_the_rules_catch_a_reversed_import(package: str, module: str, expected: 
     assert bool(violations(package, {module})) is expected
 
 
+def requirement_module(requirement: str) -> str:
+    name = requirement.split("[")[0].split(">")[0].split("<")[0].split("=")[0].split(";")[0]
+    return name.strip().replace("-", "_")
+
+
 def test_declared_dependencies_follow_the_dependency_direction() -> None:
     # The import rules above are only as good as what pip would install: check pyproject too.
     for pyproject in [*ROOT.glob("packages/*/pyproject.toml"), ROOT / "native/pyproject.toml"]:
@@ -101,12 +106,64 @@ def test_declared_dependencies_follow_the_dependency_direction() -> None:
         for extra in project.get("optional-dependencies", {}).values():
             declared.extend(extra)
         for requirement in declared:
-            name = requirement.split("[")[0].split(">")[0].split("<")[0].split("=")[0].strip()
-            module = name.replace("-", "_")
+            module = requirement_module(requirement)
             if module.startswith("ats_"):
-                assert module in ALLOWED[package], f"{pyproject}: {package} depends on {name}"
-                assert ">=" in requirement, f"{pyproject}: {name} needs a version bound"
+                assert module in ALLOWED[package], f"{pyproject}: {package} depends on {module}"
+                assert ">=" in requirement, f"{pyproject}: {module} needs a version bound"
         assert package in ALLOWED, f"{pyproject}: unknown package {package}"
+
+
+# What each package's base `dependencies` may name among ATS packages; the rest come only through
+# an extra. `pip install ats-infer` gets the tokenizer and nothing of the data or training side.
+BASE_DEPENDENCIES = {"ats_infer": {"ats_tokenizer"}}
+
+
+def test_ats_infer_base_dependencies_hold_no_data_or_training_package() -> None:
+    for package, allowed in BASE_DEPENDENCIES.items():
+        pyproject = ROOT / "packages" / package.replace("_", "-") / "pyproject.toml"
+        declared = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
+        ats = {requirement_module(r) for r in declared} & set(ALLOWED)
+        assert ats <= allowed, f"{pyproject}: base dependencies name {sorted(ats - allowed)}"
+
+
+def module_level_imports(path: Path) -> set[str]:
+    """Modules `path` imports when it is imported: everything outside function bodies."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+                continue
+            if isinstance(child, ast.Import):
+                found.update(alias.name for alias in child.names)
+            elif isinstance(child, ast.ImportFrom) and child.level == 0 and child.module:
+                found.add(child.module)
+            visit(child)
+
+    visit(ast.parse(path.read_text(encoding="utf-8"), filename=str(path)))
+    return found
+
+
+# ats-infer's one door to ats-data ([eval]): corpus.split_documents imports it when called, so
+# every other command runs where ats-data is not installed.
+ATS_DATA_DOOR = "packages/ats-infer/src/ats_infer/corpus.py"
+
+
+def test_ats_infer_imports_ats_data_only_inside_its_one_function(tmp_path: Path) -> None:
+    problems = []
+    for path in package_sources()["ats_infer"]:
+        rel = path.relative_to(ROOT).as_posix()
+        for module in sorted(imported_modules(path)):
+            if module.split(".")[0] != "ats_data":
+                continue
+            if rel != ATS_DATA_DOOR:
+                problems.append(f"{rel}: imports {module} (only {ATS_DATA_DOOR} may)")
+            elif module in module_level_imports(path):
+                problems.append(f"{rel}: imports {module} at module level")
+    assert not problems, "\n".join(problems)
+    sample = tmp_path / "sample.py"
+    sample.write_text("import ats_data\ndef f():\n    from ats_data.split import SPLITS\n")
+    assert module_level_imports(sample) == {"ats_data"}
 
 
 def _sources(pattern: str) -> list[Path]:

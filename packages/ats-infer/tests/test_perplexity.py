@@ -129,3 +129,29 @@ def test_cli_json_and_errors(trained_dense_dir, corpus, tmp_path) -> None:
         assert bad.returncode == 1 and "Traceback" not in bad.stderr, bad.stderr
         assert bad.stderr.strip().splitlines()[-1].startswith("ats-infer: error:")
         assert message in bad.stderr, bad.stderr
+
+
+def test_without_ats_data_eval_ppl_names_the_extra_and_generate_runs(dense_dir) -> None:
+    # ats_data made unimportable in a fresh interpreter, as in an install without [eval]
+    block = (
+        "import sys\n"
+        "class NoData:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'ats_data':\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, NoData())\n"
+        "from ats_infer.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+
+    def run(*args):
+        command = [sys.executable, "-c", block, *map(str, args)]
+        return subprocess.run(command, capture_output=True, text=True, timeout=300)
+
+    bad = run("eval-ppl", dense_dir, "--data", "stdlib", "--engine", "native")
+    assert bad.returncode == 1 and "Traceback" not in bad.stderr, bad.stderr
+    assert "pip install 'ats-infer[eval]'" in bad.stderr.strip().splitlines()[-1], bad.stderr
+    ok = run(
+        "generate", dense_dir, "--prompt", "def", "--max-new-tokens", "2", "--engine", "native"
+    )
+    assert ok.returncode == 0, ok.stderr

@@ -7,6 +7,9 @@ ats-train never trained on at the same data.val_fraction (0.05 by default), and 
 Token stream: <|endoftext|> doc_1 <|endoftext|> doc_2 <|endoftext|> ... (each document as ats-data
 tokenizes it: encode_ordinary + <|endoftext|>), cut into windows of seq_len + 1 tokens that share
 one token with the next, so every token after the first is predicted exactly once.
+
+ats-data is the optional extra `ats-infer[eval]`: it is imported here, when text is split, and
+nowhere else, so generate and serve install and run without it.
 """
 
 from collections.abc import Iterator
@@ -14,10 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from ats_data import open_source
-from ats_data.clean import CleanConfig, Cleaner
-from ats_data.dedup import ExactDeduper, document_digest
-from ats_data.split import SPLITS, assign_split, check_val_fraction
 from ats_tokenizer import Tokenizer
 
 DEFAULT_VAL_FRACTION = 0.05  # ats-train's data.val_fraction
@@ -26,20 +25,37 @@ DEFAULT_VAL_FRACTION = 0.05  # ats-train's data.val_fraction
 def split_documents(
     source: str | Path, split: str, val_fraction: float = DEFAULT_VAL_FRACTION
 ) -> Iterator[str]:
-    """The documents of `source` (a path or "stdlib") that ats-data puts in `split`."""
+    """The documents of `source` (a path or "stdlib") that ats-data puts in `split`. Arguments and
+    the ats-data install are checked on the call, before the first document is read."""
+    try:
+        from ats_data import open_source
+        from ats_data.clean import CleanConfig, Cleaner
+        from ats_data.dedup import ExactDeduper, document_digest
+        from ats_data.split import SPLITS, assign_split, check_val_fraction
+    except ModuleNotFoundError as e:
+        if e.name is None or e.name.split(".")[0] != "ats_data":
+            raise
+        raise RuntimeError(  # as engine.py names a missing engine's extra
+            "held-out and calibration text are split by ats-data, which is not installed: "
+            "pip install 'ats-infer[eval]'"
+        ) from e
     if split not in SPLITS:
         raise ValueError(f"split {split!r}: expected one of {', '.join(SPLITS)}")
     check_val_fraction(val_fraction)
     if split == "val" and val_fraction == 0:
         raise ValueError("val_fraction = 0 holds nothing out: expected a fraction in (0, 1)")
     cleaner, deduper = Cleaner(CleanConfig()), ExactDeduper()
-    for raw in open_source(source):
-        text = cleaner(raw)
-        if text is None:
-            continue
-        digest = document_digest(text)
-        if deduper.add(digest) and assign_split(digest, val_fraction) == split:
-            yield text
+
+    def documents() -> Iterator[str]:
+        for raw in open_source(source):
+            text = cleaner(raw)
+            if text is None:
+                continue
+            digest = document_digest(text)
+            if deduper.add(digest) and assign_split(digest, val_fraction) == split:
+                yield text
+
+    return documents()
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
-"""`pip install 'ats-infer[native,serve]'` into a fresh venv (the workspace's ats-native,
-ats-tokenizer and ats-data beside it, everything else from PyPI, no torch): the installed
-`ats-infer serve` answers a request and exits 0 on SIGTERM."""
+"""`pip install 'ats-infer[native,serve]'` into a fresh venv (the workspace's ats-native and
+ats-tokenizer beside it, everything else from PyPI, no torch and no ats-data): the installed
+`ats-infer serve` answers a request and exits 0 on SIGTERM, and eval-ppl names the missing extra."""
 
 import signal
 import subprocess
@@ -23,12 +23,16 @@ def test_clean_venv_serves_without_torch(chat_model_dir: Path, tmp_path: Path) -
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"
     packages = [str(ROOT / "native"), str(ROOT / "packages" / "ats-tokenizer"),
-                str(ROOT / "packages" / "ats-data"),
                 f"{ROOT / 'packages' / 'ats-infer'}[native,serve]"]  # fmt: skip
     subprocess.run([str(python), "-m", "pip", "install", "--quiet", *packages], check=True,
                    timeout=1800)  # fmt: skip
     no_torch = subprocess.run([str(python), "-c", "import torch"], capture_output=True)
     assert no_torch.returncode == 1  # ModuleNotFoundError: torch was never installed
+    no_data = subprocess.run([str(python), "-c", "import ats_data"], capture_output=True)
+    assert no_data.returncode == 1, "ats-data came with ats-infer's base install"
+    ppl = subprocess.run([str(venv / "bin" / "ats-infer"), "eval-ppl", str(chat_model_dir),
+                          "--data", "stdlib"], capture_output=True, text=True)  # fmt: skip
+    assert ppl.returncode == 1 and "pip install 'ats-infer[eval]'" in ppl.stderr, ppl.stderr
     port = free_port()
     log = tmp_path / "server.log"
     with open(log, "wb") as out:

@@ -7,12 +7,11 @@ import time
 
 from ats_tokenizer.chat import IM_END, IM_START
 from fastapi import Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
-from ats_infer.serve import dispatch
-from ats_infer.serve.completions import usage
+from ats_infer.serve import dispatch, responses
 from ats_infer.serve.errors import APIError
-from ats_infer.serve.generation import TokenInfo, collect
+from ats_infer.serve.generation import Piece, TokenInfo
 from ats_infer.serve.protocol import ChatCompletionRequest
 from ats_infer.serve.state import ServerState
 
@@ -63,53 +62,27 @@ async def create_chat_completion(
     cid, created = f"chatcmpl-{secrets.token_hex(12)}", int(time.time())
     base = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": req.model}
     if req.stream:
+        role = {"role": "assistant", "content": ""}  # the role first, as OpenAI sends it
+        first = [{**base, "choices": [{"index": index, "delta": role, "logprobs": None,
+                                       "finish_reason": None}]}
+                 for index in range(len(running.choices))]  # fmt: skip
+
+        def delta(index: int, piece: Piece) -> dict:
+            logprobs = chat_logprobs(piece.tokens) if req.logprobs else None
+            return {"index": index, "delta": {"content": piece.text}, "logprobs": logprobs,
+                    "finish_reason": piece.finish_reason}  # fmt: skip
+
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
-
-        async def chunks():
-            try:
-                async for chunk in generated():
-                    yield chunk
-            finally:
-                running.cancel()
-
-        async def generated():
-            for index in range(len(running.choices)):  # the role first, as OpenAI sends it
-                delta = {"role": "assistant", "content": ""}
-                yield {**base, "choices": [{"index": index, "delta": delta, "logprobs": None,
-                                            "finish_reason": None}]}  # fmt: skip
-            completion_tokens = 0
-            async for index, piece in dispatch.merged(running.choices):
-                completion_tokens += len(piece.tokens)
-                logprobs = chat_logprobs(piece.tokens) if req.logprobs else None
-                choice = {"index": index, "delta": {"content": piece.text}, "logprobs": logprobs,
-                          "finish_reason": piece.finish_reason}  # fmt: skip
-                yield {**base, "choices": [choice]}
-            if include_usage:
-                yield {
-                    **base,
-                    "choices": [],
-                    "usage": usage(running.prompt_tokens, completion_tokens),
-                }
-
-        return StreamingResponse(
-            dispatch.sse_stream(chunks()), media_type="text/event-stream", headers=running.headers
-        )
-    try:
-        collected = [await collect(pieces) for pieces in running.choices]
-    finally:
-        running.cancel()
-    choices = []
-    completion_tokens = 0
-    for index, choice in enumerate(collected):
-        completion_tokens += choice.completion_tokens
-        choices.append(
-            {
-                "index": index,
-                "message": {"role": "assistant", "content": choice.text},
-                "logprobs": chat_logprobs(choice.tokens) if req.logprobs else None,
-                "finish_reason": choice.finish_reason,
-            }
-        )
-    body = {**base, "object": "chat.completion", "choices": choices,
-            "usage": usage(running.prompt_tokens, completion_tokens)}  # fmt: skip
+        return responses.stream(running, base, delta, include_usage, first)
+    collected, usage = await responses.collect_all(running)
+    choices = [
+        {
+            "index": index,
+            "message": {"role": "assistant", "content": choice.text},
+            "logprobs": chat_logprobs(choice.tokens) if req.logprobs else None,
+            "finish_reason": choice.finish_reason,
+        }
+        for index, choice in enumerate(collected)
+    ]
+    body = {**base, "object": "chat.completion", "choices": choices, "usage": usage}
     return JSONResponse(body, headers=running.headers)

@@ -5,11 +5,11 @@ import secrets
 import time
 
 from fastapi import Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
-from ats_infer.serve import dispatch
+from ats_infer.serve import dispatch, responses
 from ats_infer.serve.errors import APIError
-from ats_infer.serve.generation import TokenInfo, collect
+from ats_infer.serve.generation import Piece, TokenInfo
 from ats_infer.serve.protocol import CompletionLogprobs, CompletionRequest
 from ats_infer.serve.state import ServerState
 
@@ -63,57 +63,25 @@ async def create_completion(
     base = {"id": cid, "object": "text_completion", "created": created, "model": req.model}
     top = req.logprobs or 0
     if req.stream:
+        offsets = [0] * len(running.choices)  # text_offset goes on across a choice's pieces
+
+        def delta(index: int, piece: Piece) -> dict:
+            logprobs = None
+            if req.logprobs is not None:
+                logprobs = legacy_logprobs(piece.tokens, top, offsets[index]).model_dump()
+            offsets[index] += len(piece.text)
+            return {"index": index, "text": piece.text, "logprobs": logprobs,
+                    "finish_reason": piece.finish_reason}  # fmt: skip
+
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
-
-        async def chunks():
-            try:
-                async for chunk in generated():
-                    yield chunk
-            finally:
-                running.cancel()
-
-        async def generated():
-            completion_tokens = 0
-            offsets = [0] * len(running.choices)
-            async for index, piece in dispatch.merged(running.choices):
-                completion_tokens += len(piece.tokens)
-                logprobs = None
-                if req.logprobs is not None:
-                    logprobs = legacy_logprobs(piece.tokens, top, offsets[index]).model_dump()
-                offsets[index] += len(piece.text)
-                choice = {"index": index, "text": piece.text, "logprobs": logprobs,
-                          "finish_reason": piece.finish_reason}  # fmt: skip
-                yield {**base, "choices": [choice]}
-            if include_usage:
-                yield {
-                    **base,
-                    "choices": [],
-                    "usage": usage(running.prompt_tokens, completion_tokens),
-                }
-
-        return StreamingResponse(
-            dispatch.sse_stream(chunks()), media_type="text/event-stream", headers=running.headers
-        )
-    try:
-        collected = [await collect(pieces) for pieces in running.choices]
-    finally:
-        running.cancel()
+        return responses.stream(running, base, delta, include_usage)
+    collected, usage = await responses.collect_all(running)
     choices = []
-    completion_tokens = 0
     for index, choice in enumerate(collected):
-        completion_tokens += choice.completion_tokens
         logprobs = None
         if req.logprobs is not None:
             logprobs = legacy_logprobs(choice.tokens, top, 0).model_dump()
         choices.append({"index": index, "text": choice.text, "logprobs": logprobs,
                         "finish_reason": choice.finish_reason})  # fmt: skip
-    body = {**base, "choices": choices, "usage": usage(running.prompt_tokens, completion_tokens)}
+    body = {**base, "choices": choices, "usage": usage}
     return JSONResponse(body, headers=running.headers)
-
-
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    return {
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion_tokens,
-        "total_tokens": prompt_tokens + completion_tokens,
-    }

@@ -1,9 +1,8 @@
 """From a validated request to running choices: model name and context checks (a clear 400 each),
 sampling settings for the engine, the rate limiter, then one Job per choice submitted to the
-scheduler; and the SSE framing both streaming endpoints share."""
+scheduler; and the choices' pieces merged as they come."""
 
 import asyncio
-import json
 import secrets
 import time
 from collections.abc import AsyncIterator
@@ -12,7 +11,7 @@ from typing import Any
 
 from fastapi import Request
 
-from ats_infer.serve.errors import APIError, error_body
+from ats_infer.serve.errors import APIError
 from ats_infer.serve.generation import Piece, run_choice
 from ats_infer.serve.protocol import SamplingFields
 from ats_infer.serve.scheduler import Job, Scheduler
@@ -188,19 +187,3 @@ async def merged(choices: list[AsyncIterator[Piece]]) -> AsyncIterator[tuple[int
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)  # each choice cancels its job
-
-
-def sse(payload: Any) -> bytes:
-    text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
-    return f"data: {text}\n\n".encode()
-
-
-async def sse_stream(chunks: AsyncIterator[dict]) -> AsyncIterator[bytes]:
-    """data: {chunk} events, then data: [DONE]; an error mid-stream is sent as an error event
-    (as OpenAI does) and ends the stream."""
-    try:
-        async for chunk in chunks:
-            yield sse(chunk)
-    except APIError as err:
-        yield sse(error_body(err.status, err.message, err.param, err.code))
-    yield b"data: [DONE]\n\n"

@@ -29,7 +29,8 @@ class TokenInfo:
 @dataclass
 class Piece:
     text: str
-    tokens: list[TokenInfo] = field(default_factory=list)
+    n_tokens: int  # generated tokens in this piece (a stop token is not one)
+    tokens: list[TokenInfo] = field(default_factory=list)  # their logprobs, when asked for
     finish_reason: str | None = None
 
 
@@ -81,6 +82,7 @@ async def run_choice(
     finish_reason. Raises APIError on an engine error or the deadline."""
     decoder = tokenizer.stream_decoder()
     cutter = StopCutter(stops)
+    with_logprobs = job.sampling["logprobs"]
     last = job.submitted
     first = True
     try:
@@ -88,24 +90,28 @@ async def run_choice(
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise APIError(504, "the request ran past the server's --request-timeout")
-            try:
-                event = await asyncio.wait_for(queue.get(), timeout=min(POLL_S, remaining))
-            except TimeoutError:
-                if await disconnected():
-                    return
-                continue
+            try:  # the common case, a token already delivered: no timer, no task
+                event = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                try:
+                    async with asyncio.timeout(min(POLL_S, remaining)):
+                        event = await queue.get()
+                except TimeoutError:
+                    if await disconnected():
+                        return
+                    continue
             if isinstance(event, ErrorEvent):
                 raise APIError(400, event.message)
             now = time.monotonic()
             (metrics.ttft if first else metrics.itl).observe(now - last)
             first, last = False, now
-            info = _token_info(tokenizer, event)
             if event.finish == FINISH_STOP:  # a stop token: not part of the text
                 text, hit = cutter.push(decoder.finish())
-                piece = Piece(text + cutter.flush(), [], "stop")
+                piece = Piece(text + cutter.flush(), 0, [], "stop")
             else:
                 text, hit = cutter.push(decoder.push(event.token))
-                piece = Piece(text, [info], "stop" if hit else None)
+                infos = [_token_info(tokenizer, event)] if with_logprobs else []
+                piece = Piece(text, 1, infos, "stop" if hit else None)
                 if not hit and event.finish != FINISH_NONE:  # length
                     tail, hit = cutter.push(decoder.finish())
                     piece.text += tail + ("" if hit else cutter.flush())
@@ -135,7 +141,7 @@ async def collect(pieces: AsyncIterator[Piece]) -> Choice:
     async for piece in pieces:
         choice.text += piece.text
         choice.tokens.extend(piece.tokens)
-        choice.completion_tokens += len(piece.tokens)
+        choice.completion_tokens += piece.n_tokens
         if piece.finish_reason is not None:
             choice.finish_reason = piece.finish_reason
     return choice
