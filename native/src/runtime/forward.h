@@ -18,6 +18,7 @@ struct ats_session {
      * (n_seq, max_len): 1 where this layer computed a key (MoD layers skip tokens) */
     std::vector<std::vector<float>> k, v;
     std::vector<std::vector<uint8_t>> valid;
+    ats::CudaSession *cuda = nullptr; /* device cuda: the cache lives on the GPU, k/v/valid empty */
 };
 
 namespace ats {
