@@ -3,7 +3,8 @@ with ATS_CUDA=ON: native/tools/cuda_check.sh) on one GPU: batch-1 decode tokens/
 int4 (groups of 32) weights, against ats-model's PyTorch engine (bf16, eager) on the same GPU, and
 against the HBM roofline: weight bytes read per token / the measured device copy bandwidth (a
 torch copy of 2 GiB, bytes read + written). Batched decode: aggregate tokens/s of --batch
-sequences decoding together in one ats_native.Batch (prompts prefilled first, not timed).
+sequences decoding together in one ats_native.Batch (prompts prefilled first, not timed); and
+batch-1 decode with the decode steps' CUDA graphs against without (ATS_CUDA_GRAPHS=0).
 
 Models (random-init weights, built on first use under --cache; the shapes of benchmarks/native.py):
     dense-254m   dim 1024, 16 layers, GQA 16/8 heads, SwiGLU 2816, vocab 32000
@@ -14,6 +15,7 @@ Run (GPU machine): python3 benchmarks/native_cuda.py [--models dense-254m dense-
 
 import argparse
 import json
+import os
 import struct
 import sys
 import time
@@ -90,9 +92,10 @@ def copy_bandwidth() -> float:
     return 2 * src.numel() * 4 / best
 
 
-def ats_decode(model_dir: Path, prompt: list[int], n: int, reps: int) -> float:
+def ats_decode(model_dir: Path, prompt: list[int], n: int, reps: int, graphs: str = "1") -> float:
     import ats_native
 
+    os.environ["ATS_CUDA_GRAPHS"] = graphs  # read when generate() starts its session
     model = ats_native.Model(str(model_dir), device="cuda")
     best = 0.0
     for _ in range(reps + 1):  # the first run warms up
@@ -174,6 +177,9 @@ def main() -> None:
             rate = ats_decode(model_dir, prompt, args.decode, args.reps)
             roofline = bandwidth / weight_bytes(model_dir, bits)
             emit(f"{name}_{scheme}_decode-b1_vs_roofline", rate, roofline, hw)
+            no_graphs = ats_decode(model_dir, prompt, args.decode, args.reps, graphs="0")
+            os.environ["ATS_CUDA_GRAPHS"] = "1"
+            emit(f"{name}_{scheme}_decode-b1-cuda-graphs_vs_no-graphs", rate, no_graphs, hw)
             if best_torch:
                 emit(f"{name}_{scheme}_decode-b1_vs_torch-eager-bf16", rate, best_torch, hw)
             batched = ats_batched(model_dir, prompt, args.batch, args.decode)

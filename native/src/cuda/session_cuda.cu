@@ -1,9 +1,16 @@
 /* The GPU side of an ats_session: per-layer KV cache and validity on the GPU, scratch that
  * grows with the largest call, one stream; and the forward pass over the new tokens of all
- * sequences (rows stacked as in forward.cpp), logits copied back to the host. */
+ * sequences (rows stacked as in forward.cpp), logits copied back to the host. A decode step (one
+ * token per sequence) replays a CUDA graph captured once per row count (its kernels read the
+ * rows' tokens, sequences and positions from device buffers filled before each replay, and
+ * attention sizes its shared memory for the session's max_len): a small model's step is
+ * hundreds of short kernels, whose launches would otherwise dominate. ATS_CUDA_GRAPHS=0 turns
+ * the graphs off (every step launches its kernels). */
+#include <stdlib.h>
 #include <string.h>
 
 #include <algorithm>
+#include <map>
 #include <vector>
 
 #include "../runtime/forward.h"
@@ -27,7 +34,14 @@ struct CudaSession {
     std::vector<GpuKV> kv;
     std::vector<void *> cache_allocs, scratch_allocs;
     Scratch s;
+    bool graphs = true;                        /* decode steps replay captured graphs */
+    std::map<int64_t, cudaGraphExec_t> decode; /* by row count; valid while scratch stays */
+    void drop_graphs() {
+        for (auto &g : decode) cudaGraphExecDestroy(g.second);
+        decode.clear();
+    }
     ~CudaSession() {
+        drop_graphs();
         for (void *p : cache_allocs) cudaFree(p);
         for (void *p : scratch_allocs) cudaFree(p);
         if (stream) cudaStreamDestroy(stream);
@@ -50,6 +64,7 @@ bool scratch_reserve(CudaSession *cs, const Config &c, int64_t M, int64_t R, std
     Scratch &s = cs->s;
     if (M <= s.M && R <= s.R) return true;
     CUDA_TRY(cudaStreamSynchronize(cs->stream), "forward pass");
+    cs->drop_graphs(); /* they hold the old buffers' addresses */
     for (void *p : cs->scratch_allocs) cudaFree(p);
     cs->scratch_allocs.clear();
     int64_t m = 1, r = 1;
@@ -83,9 +98,51 @@ void linear(const GpuWeight &w, const float *x, const Scratch &s, int64_t N, flo
     gpu_matmul(w, x, xq, N, y, st);
 }
 
+/* Every kernel of one forward call over the M rows in the scratch buffers (tokens, sequences,
+ * positions, output rows uploaded), up to the logits of the R output rows. max_pos bounds the
+ * rows' positions (attention's shared memory). */
+void run_kernels(const ats_model *m, CudaSession *cs, int64_t M, int64_t R, int64_t max_pos) {
+    const CudaModel *cm = m->cuda;
+    const Config &c = m->cfg;
+    const int64_t C = c.dim, NH = c.n_head, NKV = c.n_kv_head, hd = c.head_dim, F = c.ffn_dim;
+    const Scratch &s = cs->s;
+    cudaStream_t st = cs->stream;
+    gpu_embed(cm->emb, cm->emb_bf16, s.tok, M, C, s.x, st);
+    for (int64_t li = 0; li < c.n_layer; li++) {
+        const GpuLayer &L = cm->layers[(size_t)li];
+        gpu_rms_norm(s.x, L.attn_norm, M, C, c.norm_eps, s.hn, st);
+        const GpuQAct xq{s.xq, s.xd};
+        if (quantized(L.wq)) gpu_quantize(s.hn, M, C, xq, st); /* once for q, k and v */
+        gpu_matmul(L.wq, s.hn, xq, M, s.q, st);
+        gpu_matmul(L.wk, s.hn, xq, M, s.k, st);
+        gpu_matmul(L.wv, s.hn, xq, M, s.v, st);
+        gpu_rope_cache(s.q, s.k, s.v, cm->cos_t, cm->sin_t, s.seq, s.pos, M, NH, NKV, hd,
+                       cs->kv[(size_t)li], st);
+        gpu_attention(s.q, s.seq, s.pos, M, NH, NKV, hd, max_pos, cs->kv[(size_t)li], s.att, st);
+        linear(L.wo, s.att, s, M, s.a, st);
+        gpu_add(s.x, s.a, M * C, s.h, st);
+        gpu_rms_norm(s.h, L.ffn_norm, M, C, c.norm_eps, s.hn, st);
+        if (quantized(L.w1)) gpu_quantize(s.hn, M, C, xq, st); /* once for w1 and w3 */
+        gpu_matmul(L.w1, s.hn, xq, M, s.g, st);
+        gpu_matmul(L.w3, s.hn, xq, M, s.u, st);
+        gpu_silu_mul(s.g, s.u, M * F, st);
+        linear(L.w2, s.g, s, M, s.f, st);
+        gpu_add(s.h, s.f, M * C, s.x, st);
+    }
+    gpu_gather_rows(s.x, s.out_rows, R, C, s.xs, st);
+    gpu_rms_norm(s.xs, cm->norm, R, C, c.norm_eps, s.hs, st);
+    linear(cm->output, s.hs, s, R, s.logits, st);
+}
+
 }  // namespace
 
 bool cuda_session_init(ats_session *sess, CudaSession **out, std::string *err) {
+    const char *env = getenv("ATS_CUDA_GRAPHS");
+    const std::string graphs = env ? env : "1";
+    if (graphs != "0" && graphs != "1") {
+        *err = "ATS_CUDA_GRAPHS must be 0 or 1, got '" + graphs + "'";
+        return false;
+    }
     const Config &c = sess->model->cfg;
     const int64_t hd = c.head_dim, KV = c.n_kv_head * hd;
     if (sess->max_len > gpu_attention_max_keys(hd)) {
@@ -95,6 +152,7 @@ bool cuda_session_init(ats_session *sess, CudaSession **out, std::string *err) {
         return false;
     }
     std::unique_ptr<CudaSession> cs(new CudaSession());
+    cs->graphs = graphs == "1";
     CUDA_TRY(cudaStreamCreateWithFlags(&cs->stream, cudaStreamNonBlocking), "stream");
     const size_t slots = (size_t)sess->n_seq * (size_t)sess->max_len;
     cs->kv.resize((size_t)c.n_layer);
@@ -124,11 +182,8 @@ void cuda_session_reset(ats_session *sess, int32_t b) {
 bool cuda_session_forward(ats_session *sess, const int32_t *const *ids, const int32_t *n_new,
                           float *last_logits, float *all_logits, std::string *err) {
     const ats_model *m = sess->model;
-    const CudaModel *cm = m->cuda;
     CudaSession *cs = sess->cuda;
-    const Config &c = m->cfg;
-    const int64_t C = c.dim, V = c.vocab_size, NH = c.n_head, NKV = c.n_kv_head,
-                  hd = c.head_dim, F = c.ffn_dim;
+    const int64_t V = m->cfg.vocab_size;
     std::vector<int32_t> seq, pos, tok, out_rows;
     int64_t max_pos = 0;
     for (int32_t b = 0; b < sess->n_seq; b++) {
@@ -147,7 +202,7 @@ bool cuda_session_forward(ats_session *sess, const int32_t *const *ids, const in
         }
     }
     const int64_t R = (int64_t)out_rows.size();
-    if (!scratch_reserve(cs, c, M, R, err)) return false;
+    if (!scratch_reserve(cs, m->cfg, M, R, err)) return false;
     const Scratch &s = cs->s;
     cudaStream_t st = cs->stream;
     CUDA_TRY(cudaMemcpyAsync(s.tok, tok.data(), M * 4, cudaMemcpyHostToDevice, st), "upload");
@@ -155,31 +210,24 @@ bool cuda_session_forward(ats_session *sess, const int32_t *const *ids, const in
     CUDA_TRY(cudaMemcpyAsync(s.pos, pos.data(), M * 4, cudaMemcpyHostToDevice, st), "upload");
     CUDA_TRY(cudaMemcpyAsync(s.out_rows, out_rows.data(), R * 4, cudaMemcpyHostToDevice, st),
              "upload");
-    gpu_embed(cm->emb, cm->emb_bf16, s.tok, M, C, s.x, st);
-    for (int64_t li = 0; li < c.n_layer; li++) {
-        const GpuLayer &L = cm->layers[(size_t)li];
-        gpu_rms_norm(s.x, L.attn_norm, M, C, c.norm_eps, s.hn, st);
-        const GpuQAct xq{s.xq, s.xd};
-        if (quantized(L.wq)) gpu_quantize(s.hn, M, C, xq, st); /* once for q, k and v */
-        gpu_matmul(L.wq, s.hn, xq, M, s.q, st);
-        gpu_matmul(L.wk, s.hn, xq, M, s.k, st);
-        gpu_matmul(L.wv, s.hn, xq, M, s.v, st);
-        gpu_rope_cache(s.q, s.k, s.v, cm->cos_t, cm->sin_t, s.seq, s.pos, M, NH, NKV, hd,
-                       cs->kv[(size_t)li], st);
-        gpu_attention(s.q, s.seq, s.pos, M, NH, NKV, hd, max_pos, cs->kv[(size_t)li], s.att, st);
-        linear(L.wo, s.att, s, M, s.a, st);
-        gpu_add(s.x, s.a, M * C, s.h, st);
-        gpu_rms_norm(s.h, L.ffn_norm, M, C, c.norm_eps, s.hn, st);
-        if (quantized(L.w1)) gpu_quantize(s.hn, M, C, xq, st); /* once for w1 and w3 */
-        gpu_matmul(L.w1, s.hn, xq, M, s.g, st);
-        gpu_matmul(L.w3, s.hn, xq, M, s.u, st);
-        gpu_silu_mul(s.g, s.u, M * F, st);
-        linear(L.w2, s.g, s, M, s.f, st);
-        gpu_add(s.h, s.f, M * C, s.x, st);
+    const bool decode = R == M && !all_logits;
+    if (decode && cs->graphs) {
+        auto it = cs->decode.find(M);
+        if (it == cs->decode.end()) {
+            cudaGraph_t graph;
+            CUDA_TRY(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), "graph capture");
+            run_kernels(m, cs, M, R, sess->max_len - 1);
+            CUDA_TRY(cudaStreamEndCapture(st, &graph), "graph capture");
+            cudaGraphExec_t exec;
+            cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+            cudaGraphDestroy(graph);
+            CUDA_TRY(e, "graph instantiation");
+            it = cs->decode.emplace(M, exec).first;
+        }
+        CUDA_TRY(cudaGraphLaunch(it->second, st), "graph launch");
+    } else {
+        run_kernels(m, cs, M, R, max_pos);
     }
-    gpu_gather_rows(s.x, s.out_rows, R, C, s.xs, st);
-    gpu_rms_norm(s.xs, cm->norm, R, C, c.norm_eps, s.hs, st);
-    linear(cm->output, s.hs, s, R, s.logits, st);
     CUDA_TRY(cudaGetLastError(), "kernel launch");
     std::vector<float> tmp;
     float *dst = all_logits;

@@ -95,8 +95,12 @@ def test_quantized_logits_match_cpu(quantized_dirs, scheme: str) -> None:
 
 
 @gpu
+@pytest.mark.parametrize("graphs", ["1", "0"])  # decode steps replayed from CUDA graphs, or not
 @pytest.mark.parametrize("scheme", ["float", *SCHEMES])
-def test_greedy_generation_matches_cpu(saved_model, quantized_dirs, scheme: str) -> None:
+def test_greedy_generation_matches_cpu(
+    saved_model, quantized_dirs, scheme: str, graphs: str, monkeypatch
+) -> None:
+    monkeypatch.setenv("ATS_CUDA_GRAPHS", graphs)  # read when a session starts
     path = str(saved_model("tiny-dense")[1]) if scheme == "float" else quantized_dirs[scheme]
     cpu = ats_native.Model(path, threads=2)
     cuda = ats_native.Model(path, device="cuda")
@@ -130,6 +134,14 @@ def test_several_sequences_and_reused_slots_match_alone(saved_model) -> None:
         for slot, token, *_ in batch.step(prefill_budget=7):
             got.setdefault(owner[slot], []).append(token)
     assert [got[i] for i in range(len(prompts))] == alone
+
+
+@gpu
+def test_bad_graphs_setting_is_a_clear_error(saved_model, monkeypatch) -> None:
+    cuda = ats_native.Model(str(saved_model("tiny-dense")[1]), device="cuda")
+    monkeypatch.setenv("ATS_CUDA_GRAPHS", "yes")
+    with pytest.raises(ValueError, match="ATS_CUDA_GRAPHS must be 0 or 1, got 'yes'"):
+        cuda.logits([1, 2, 3])
 
 
 @gpu
