@@ -9,6 +9,8 @@ batch-1 decode with the decode steps' CUDA graphs against without (ATS_CUDA_GRAP
 Models (random-init weights, built on first use under --cache; the shapes of benchmarks/native.py):
     dense-254m   dim 1024, 16 layers, GQA 16/8 heads, SwiGLU 2816, vocab 32000
     dense-1b     dim 2048, 16 layers, GQA 32/8 heads, SwiGLU 5632, vocab 32000 (1.1B)
+    moe-879m     dim 896, 12 layers, 16 experts of SwiGLU 1536, top-2: 879M total, 186M active
+                 (its roofline counts every expert's bytes: a token reads only 2 of 16)
 Prints one JSON line per measurement: {"name", "ours", "baseline", "ratio", "hardware", "unit"}.
 Run (GPU machine): python3 benchmarks/native_cuda.py [--models dense-254m dense-1b]
 """
@@ -22,8 +24,17 @@ import time
 from pathlib import Path
 
 MODELS = {
-    "dense-254m": dict(dim=1024, n_layer=16, n_head=16, n_kv_head=8, ffn_dim=2816),
-    "dense-1b": dict(dim=2048, n_layer=16, n_head=32, n_kv_head=8, ffn_dim=5632),
+    "dense-254m": dict(family="dense", dim=1024, n_layer=16, n_head=16, n_kv_head=8, ffn_dim=2816),
+    "dense-1b": dict(family="dense", dim=2048, n_layer=16, n_head=32, n_kv_head=8, ffn_dim=5632),
+    "moe-879m": dict(
+        family="moe",
+        dim=896,
+        n_layer=12,
+        n_head=14,
+        n_kv_head=7,
+        ffn_dim=1536,
+        moe=dict(n_experts=16, top_k=2),
+    ),
 }
 SCHEMES = {"bf16": None, "int8": (8, None), "int4": (4, 32)}
 
@@ -47,7 +58,7 @@ def build(cache: Path, name: str) -> dict[str, Path]:
     base = cache / name
     if not base.exists():
         torch.manual_seed(0)
-        fields = dict(MODELS[name], family="dense", vocab_size=32000, max_seq_len=2048)
+        fields = dict(MODELS[name], vocab_size=32000, max_seq_len=2048)
         model = build_model(ModelConfig(**fields, tie_embeddings=False), dtype=torch.bfloat16)
         save_pretrained(model, base)
     dirs = {"bf16": base}

@@ -52,6 +52,11 @@ void gpu_silu_mul(float *g, const float *u, int64_t n, cudaStream_t st);
 void gpu_gather_rows(const float *src, const int32_t *rows, int64_t R, int64_t C, float *dst,
                      cudaStream_t st);
 
+/* MoE combine: y[n] = sum_j w[n, j] * ys[slot[n, j]] (slots in choice order, -1 = dropped)
+ * + shared[n] when shared is not NULL; y (M, C). */
+void gpu_moe_combine(const float *ys, const int32_t *slot, const float *w, const float *shared,
+                     int64_t M, int64_t K, int64_t C, float *y, cudaStream_t st);
+
 /* The layer's KV cache of one session: (n_seq, max_len, n_kv * hd) keys and values, validity
  * (n_seq, max_len). */
 struct GpuKV {

@@ -85,6 +85,24 @@ void gpu_gather_rows(const float *src, const int32_t *rows, int64_t R, int64_t C
     gather_rows<<<(unsigned)R, THREADS, 0, st>>>(src, rows, C, dst);
 }
 
+__global__ void moe_combine(const float *ys, const int32_t *slot, const float *w,
+                            const float *shared, int64_t K, int64_t C, float *y) {
+    const int64_t n = blockIdx.x;
+    for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
+        float acc = 0.0f;
+        for (int64_t j = 0; j < K; j++) {
+            const int32_t s = slot[n * K + j];
+            if (s >= 0) acc = __fadd_rn(acc, __fmul_rn(ys[(int64_t)s * C + i], w[n * K + j]));
+        }
+        y[n * C + i] = shared ? __fadd_rn(acc, shared[n * C + i]) : acc;
+    }
+}
+
+void gpu_moe_combine(const float *ys, const int32_t *slot, const float *w, const float *shared,
+                     int64_t M, int64_t K, int64_t C, float *y, cudaStream_t st) {
+    moe_combine<<<(unsigned)M, THREADS, 0, st>>>(ys, slot, w, shared, K, C, y);
+}
+
 /* One row: rotate its NH query and NKV key heads (x*cos + rotate_half(x)*sin), then write k and
  * v into the cache slot and mark it valid. */
 __global__ void rope_cache(float *q, float *k, const float *v, const float *cos_t,

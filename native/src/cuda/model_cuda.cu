@@ -111,8 +111,8 @@ struct Uploader {
 
 bool cuda_model_init(const ats_model *m, CudaModel **out, std::string *err) {
     const Config &c = m->cfg;
-    if (c.has_moe || c.has_mod) {
-        *err = "device 'cuda' runs dense models; this model's family is '" + c.family + "'";
+    if (c.has_mod) {
+        *err = "device 'cuda' runs dense and MoE models; this model's family is '" + c.family + "'";
         return false;
     }
     int n_dev = 0;
@@ -141,9 +141,36 @@ bool cuda_model_init(const ats_model *m, CudaModel **out, std::string *err) {
         const std::string p = "layers." + std::to_string(i) + ".";
         if (!up.vec(L.attn_norm, c.dim, &G.attn_norm) || !up.vec(L.ffn_norm, c.dim, &G.ffn_norm) ||
             !up.weight(L.wq, p + "attn.wq", &G.wq) || !up.weight(L.wk, p + "attn.wk", &G.wk) ||
-            !up.weight(L.wv, p + "attn.wv", &G.wv) || !up.weight(L.wo, p + "attn.wo", &G.wo) ||
-            !up.weight(L.w1, p + "ffn.w1", &G.w1) || !up.weight(L.w2, p + "ffn.w2", &G.w2) ||
-            !up.weight(L.w3, p + "ffn.w3", &G.w3)) {
+            !up.weight(L.wv, p + "attn.wv", &G.wv) || !up.weight(L.wo, p + "attn.wo", &G.wo)) {
+            return false;
+        }
+        if (!c.has_moe) {
+            if (!up.weight(L.w1, p + "ffn.w1", &G.w1) || !up.weight(L.w2, p + "ffn.w2", &G.w2) ||
+                !up.weight(L.w3, p + "ffn.w3", &G.w3)) {
+                return false;
+            }
+            continue;
+        }
+        Weight router;
+        router.rows = c.n_experts;
+        router.cols = c.dim;
+        router.f32 = L.router;
+        if (!up.weight(router, p + "ffn.router", &G.router)) return false;
+        G.ew1.resize((size_t)c.n_experts);
+        G.ew2.resize((size_t)c.n_experts);
+        G.ew3.resize((size_t)c.n_experts);
+        for (int64_t e = 0; e < c.n_experts; e++) {
+            const std::string pe = p + "ffn.experts[" + std::to_string(e) + "].";
+            if (!up.weight(weight_slice(L.ew1, e), pe + "w1", &G.ew1[(size_t)e]) ||
+                !up.weight(weight_slice(L.ew2, e), pe + "w2", &G.ew2[(size_t)e]) ||
+                !up.weight(weight_slice(L.ew3, e), pe + "w3", &G.ew3[(size_t)e])) {
+                return false;
+            }
+        }
+        G.has_shared = L.has_shared;
+        if (L.has_shared && (!up.weight(L.sw1, p + "ffn.shared.w1", &G.sw1) ||
+                             !up.weight(L.sw2, p + "ffn.shared.w2", &G.sw2) ||
+                             !up.weight(L.sw3, p + "ffn.shared.w3", &G.sw3))) {
             return false;
         }
     }

@@ -19,7 +19,11 @@ namespace ats {
 
 struct GpuLayer {
     const float *attn_norm, *ffn_norm;
-    GpuWeight wq, wk, wv, wo, w1, w2, w3;
+    GpuWeight wq, wk, wv, wo, w1, w2, w3;    /* w1..w3: the dense FFN */
+    GpuWeight router;                        /* MoE: (E, C); routing itself runs on the host */
+    std::vector<GpuWeight> ew1, ew2, ew3;    /* MoE: one per expert */
+    bool has_shared = false;
+    GpuWeight sw1, sw2, sw3;                 /* MoE: shared experts fused */
 };
 
 struct CudaModel {

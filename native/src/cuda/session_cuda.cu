@@ -10,43 +10,15 @@
 #include <string.h>
 
 #include <algorithm>
-#include <map>
 #include <vector>
 
 #include "../runtime/forward.h"
 #include "backend.h"
 #include "kernels.cuh"
 #include "model_cuda.h"
+#include "session_cuda.h"
 
 namespace ats {
-
-/* Device buffers sized for M rows (and R output rows) of one forward call. */
-struct Scratch {
-    int64_t M = 0, R = 0;
-    float *x, *h, *hn, *a, *f, *q, *k, *v, *att, *g, *u, *xs, *hs, *logits;
-    int8_t *xq;
-    float *xd;
-    int32_t *tok, *seq, *pos, *out_rows;
-};
-
-struct CudaSession {
-    cudaStream_t stream = nullptr;
-    std::vector<GpuKV> kv;
-    std::vector<void *> cache_allocs, scratch_allocs;
-    Scratch s;
-    bool graphs = true;                        /* decode steps replay captured graphs */
-    std::map<int64_t, cudaGraphExec_t> decode; /* by row count; valid while scratch stays */
-    void drop_graphs() {
-        for (auto &g : decode) cudaGraphExecDestroy(g.second);
-        decode.clear();
-    }
-    ~CudaSession() {
-        drop_graphs();
-        for (void *p : cache_allocs) cudaFree(p);
-        for (void *p : scratch_allocs) cudaFree(p);
-        if (stream) cudaStreamDestroy(stream);
-    }
-};
 
 namespace {
 
@@ -73,7 +45,9 @@ bool scratch_reserve(CudaSession *cs, const Config &c, int64_t M, int64_t R, std
     s.M = m;
     s.R = r;
     const int64_t C = c.dim, H = c.n_head * c.head_dim, KV = c.n_kv_head * c.head_dim,
-                  F = c.ffn_dim, V = c.vocab_size, W = std::max({C, H, F});
+                  V = c.vocab_size, E = c.has_moe ? c.n_experts : 1,
+                  K = c.has_moe ? c.top_k : 1, S = c.has_moe ? c.n_shared_experts * c.ffn_dim : 0,
+                  F = std::max(c.ffn_dim, S), W = std::max({C, H, F});
     std::vector<void *> *A = &cs->scratch_allocs;
     const size_t f4 = sizeof(float);
     return alloc(A, m * C * f4, &s.x, err) && alloc(A, m * C * f4, &s.h, err) &&
@@ -83,25 +57,21 @@ bool scratch_reserve(CudaSession *cs, const Config &c, int64_t M, int64_t R, std
            alloc(A, m * H * f4, &s.att, err) && alloc(A, m * F * f4, &s.g, err) &&
            alloc(A, m * F * f4, &s.u, err) && alloc(A, r * C * f4, &s.xs, err) &&
            alloc(A, r * C * f4, &s.hs, err) && alloc(A, r * V * f4, &s.logits, err) &&
-           alloc(A, m * W, &s.xq, err) && alloc(A, m * W / 32 * f4, &s.xd, err) &&
+           alloc(A, m * K * W, &s.xq, err) && alloc(A, m * K * W / 32 * f4, &s.xd, err) &&
            alloc(A, m * 4, &s.tok, err) && alloc(A, m * 4, &s.seq, err) &&
-           alloc(A, m * 4, &s.pos, err) && alloc(A, m * 4, &s.out_rows, err);
-}
-
-bool quantized(const GpuWeight &w) { return w.type == GPU_Q8 || w.type == GPU_Q4; }
-
-/* y = x @ w^T, quantizing x first when w is int8 / int4. */
-void linear(const GpuWeight &w, const float *x, const Scratch &s, int64_t N, float *y,
-            cudaStream_t st) {
-    const GpuQAct xq{s.xq, s.xd};
-    if (quantized(w)) gpu_quantize(x, N, w.cols, xq, st);
-    gpu_matmul(w, x, xq, N, y, st);
+           alloc(A, m * 4, &s.pos, err) && alloc(A, m * 4, &s.out_rows, err) &&
+           alloc(A, m * E * f4, &s.rl, err) && alloc(A, m * K * C * f4, &s.xe, err) &&
+           alloc(A, m * K * F * f4, &s.ge, err) && alloc(A, m * K * F * f4, &s.ue, err) &&
+           alloc(A, m * K * C * f4, &s.ys, err) && alloc(A, m * C * f4, &s.shared, err) &&
+           alloc(A, m * K * f4, &s.mwts, err) && alloc(A, m * K * 4, &s.mrows, err) &&
+           alloc(A, m * K * 4, &s.mslot, err);
 }
 
 /* Every kernel of one forward call over the M rows in the scratch buffers (tokens, sequences,
  * positions, output rows uploaded), up to the logits of the R output rows. max_pos bounds the
  * rows' positions (attention's shared memory). */
-void run_kernels(const ats_model *m, CudaSession *cs, int64_t M, int64_t R, int64_t max_pos) {
+bool run_kernels(const ats_model *m, CudaSession *cs, int64_t M, int64_t R, int64_t max_pos,
+                 std::string *err) {
     const CudaModel *cm = m->cuda;
     const Config &c = m->cfg;
     const int64_t C = c.dim, NH = c.n_head, NKV = c.n_kv_head, hd = c.head_dim, F = c.ffn_dim;
@@ -122,16 +92,21 @@ void run_kernels(const ats_model *m, CudaSession *cs, int64_t M, int64_t R, int6
         linear(L.wo, s.att, s, M, s.a, st);
         gpu_add(s.x, s.a, M * C, s.h, st);
         gpu_rms_norm(s.h, L.ffn_norm, M, C, c.norm_eps, s.hn, st);
-        if (quantized(L.w1)) gpu_quantize(s.hn, M, C, xq, st); /* once for w1 and w3 */
-        gpu_matmul(L.w1, s.hn, xq, M, s.g, st);
-        gpu_matmul(L.w3, s.hn, xq, M, s.u, st);
-        gpu_silu_mul(s.g, s.u, M * F, st);
-        linear(L.w2, s.g, s, M, s.f, st);
+        if (c.has_moe) {
+            if (!moe_ffn_gpu(m, cs, li, M, err)) return false;
+        } else {
+            if (quantized(L.w1)) gpu_quantize(s.hn, M, C, xq, st); /* once for w1 and w3 */
+            gpu_matmul(L.w1, s.hn, xq, M, s.g, st);
+            gpu_matmul(L.w3, s.hn, xq, M, s.u, st);
+            gpu_silu_mul(s.g, s.u, M * F, st);
+            linear(L.w2, s.g, s, M, s.f, st);
+        }
         gpu_add(s.h, s.f, M * C, s.x, st);
     }
     gpu_gather_rows(s.x, s.out_rows, R, C, s.xs, st);
     gpu_rms_norm(s.xs, cm->norm, R, C, c.norm_eps, s.hs, st);
     linear(cm->output, s.hs, s, R, s.logits, st);
+    return true;
 }
 
 }  // namespace
@@ -211,13 +186,17 @@ bool cuda_session_forward(ats_session *sess, const int32_t *const *ids, const in
     CUDA_TRY(cudaMemcpyAsync(s.out_rows, out_rows.data(), R * 4, cudaMemcpyHostToDevice, st),
              "upload");
     const bool decode = R == M && !all_logits;
-    if (decode && cs->graphs) {
+    if (decode && cs->graphs && !m->cfg.has_moe) {
         auto it = cs->decode.find(M);
         if (it == cs->decode.end()) {
             cudaGraph_t graph;
             CUDA_TRY(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), "graph capture");
-            run_kernels(m, cs, M, R, sess->max_len - 1);
+            const bool ok = run_kernels(m, cs, M, R, sess->max_len - 1, err);
             CUDA_TRY(cudaStreamEndCapture(st, &graph), "graph capture");
+            if (!ok) {
+                cudaGraphDestroy(graph);
+                return false;
+            }
             cudaGraphExec_t exec;
             cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
             cudaGraphDestroy(graph);
@@ -225,8 +204,8 @@ bool cuda_session_forward(ats_session *sess, const int32_t *const *ids, const in
             it = cs->decode.emplace(M, exec).first;
         }
         CUDA_TRY(cudaGraphLaunch(it->second, st), "graph launch");
-    } else {
-        run_kernels(m, cs, M, R, max_pos);
+    } else if (!run_kernels(m, cs, M, R, max_pos, err)) {
+        return false;
     }
     CUDA_TRY(cudaGetLastError(), "kernel launch");
     std::vector<float> tmp;

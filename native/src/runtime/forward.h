@@ -66,6 +66,11 @@ bool swiglu_is_packed(const Weight &w1, const Weight &w3, const Weight &w2);
  * projection in one pool job, every down projection in one more. */
 void swiglu_packed(ats_model *m, const SwiGLUPart *parts, int n_parts);
 
+/* MoE routing of M rows from their router logits (M, E): idx/wts (M, K) the chosen experts and
+ * their weights, keep (M, K) 0 for a slot the capacity dropped (moe_ffn's rules, below). */
+void moe_route(const Config &c, const Layer &L, const float *logits, int64_t M, int32_t *idx,
+               float *wts, uint8_t *keep);
+
 /* MoE FFN (router softmax with temperature, top-k chosen with expert_bias, norm_topk, capacity as
  * ats-model applies it over the rows of this call, per-expert batched SwiGLU, shared experts). */
 void moe_ffn(ats_model *m, const Layer &L, const float *x, int64_t M, float *y);

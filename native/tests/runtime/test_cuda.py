@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from ats_infer.quantize import quantize_model_dir
+from ats_model import save_pretrained
 
 FLOAT_REL_TOL = 1e-4
 # int8 / int4: the GPU runs the CPU's integer scheme (Q8_0 activations, exact integer dots, fp16
@@ -145,7 +146,37 @@ def test_bad_graphs_setting_is_a_clear_error(saved_model, monkeypatch) -> None:
 
 
 @gpu
+@pytest.mark.parametrize("scheme", ["float", "int8", "int4-g32"])
+def test_moe_logits_and_generation_match_cpu(saved_model, tmp_path, scheme: str) -> None:
+    # tiny-moe with a shared expert, expert bias, router temperature and a capacity that drops
+    # slots: every routing rule the host-side routing of the GPU path shares with the CPU's
+    moe = dict(n_experts=4, top_k=2, capacity_factor=0.8, router_temperature=0.7)
+    moe.update(norm_topk=False, n_shared_experts=1, bias_update_rate=0.0)
+    model, _ = saved_model("tiny-moe", moe=moe)
+    model = copy.deepcopy(model)
+    with torch.no_grad():  # a non-zero expert bias changes the choice, never the weights
+        for layer in model.moe_layers():
+            layer.expert_bias.copy_(torch.tensor([0.3, -0.2, 0.0, 0.1]))
+    directory = tmp_path / "float"
+    save_pretrained(model, directory)
+    path = str(directory)
+    if scheme != "float":
+        path = str(quantize_model_dir(directory, tmp_path / scheme, *SCHEMES[scheme]))
+    cpu = ats_native.Model(path, threads=2)
+    cuda = ats_native.Model(path, device="cuda")
+    ids = random_ids(model.config.vocab_size, (3, 19), 4)
+    errs = token_rel_errs(cuda.logits(ids), cpu.logits(ids))
+    if scheme == "float":
+        assert errs.max() < FLOAT_REL_TOL, errs
+    else:
+        assert (errs < INT_REL_TOL).mean() >= 0.9 and errs.max() < FLIP_REL_TOL, errs
+    prompt = random_ids(model.config.vocab_size, (9,), 5)
+    ours, theirs = list(cuda.generate(prompt, 24)), list(cpu.generate(prompt, 24))
+    assert ours[:8] == theirs[:8] and (scheme != "float" or ours == theirs)
+
+
+@gpu
 def test_cuda_rejects_families_it_does_not_run(saved_model) -> None:
-    _, directory = saved_model("tiny-moe")
-    with pytest.raises(ValueError, match="runs dense models; this model's family is 'moe'"):
+    _, directory = saved_model("tiny-mod")
+    with pytest.raises(ValueError, match="runs dense and MoE models; this model's family is 'mod'"):
         ats_native.Model(str(directory), device="cuda")
