@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds ats_native with the CUDA backend (cmake, ATS_CUDA=ON, sm_90) under python3's own
 # nanobind, then runs the GPU parity tests (`-m gpu`) against the CPU runtime on model
-# directories the tests create, and, with --bench, benchmarks/native_cuda.py. For a GPU machine
+# directories the tests create, prints the parity figures (native/tools/cuda_parity.py) and,
+# with --bench, runs benchmarks/native_cuda.py. For a GPU machine
 # with nvcc, cmake, ninja, python3 with torch, numpy, safetensors and pytest, and no uv:
 #   bash native/tools/cuda_check.sh [--bench [native_cuda.py options]]
 # Output: build log and test report under $OUT when set (the device runner), else ./cuda_check.
@@ -29,6 +30,7 @@ python3 -c 'import ats_native; assert ats_native.cuda_built(); print("ats_native
 status=0
 python3 -m pytest -m gpu -q -p no:cacheprovider native/tests/runtime/test_cuda.py \
     packages/ats-infer/tests/test_native_engine.py 2>&1 | tee "$OUT_DIR/tests.log" || status=1
+PYTHONUNBUFFERED=1 python3 native/tools/cuda_parity.py 2>&1 | tee "$OUT_DIR/parity.jsonl" || status=1
 
 if [ "${1:-}" = "--bench" ]; then
     shift
