@@ -16,9 +16,13 @@ from ats_model import build_model, save_pretrained
 
 FLOAT_REL_TOL = 1e-4
 # int8 / int4: the GPU runs the CPU's integer scheme (Q8_0 activations, exact integer dots, fp16
-# int4 scales) in another summation order, so most tokens agree within INT_REL_TOL; an activation
-# at a rounding boundary can round one code step the other way (test_quantized.py: FLIP_REL_TOL)
-INT_REL_TOL = 1e-3
+# int4 scales) in another summation order, so most tokens agree to INT_REL_TOL (measured on the
+# H200: medians ~2e-7); an activation that lands at a rounding boundary can round one code step
+# the other way, which moves that token and, through its key and value, the later tokens of its
+# sequence by up to ~2e-2 (test_quantized.py: FLIP_REL_TOL; measured up to 1.9e-2, in up to 14%
+# of the tokens of 3 x 19). A wrong kernel or a float-activation path moves every token by far
+# more than INT_REL_TOL.
+INT_REL_TOL = 1e-5
 FLIP_REL_TOL = 5e-2
 SCHEMES = {"int8": (8, None), "int4-g32": (4, 32), "int4-g64": (4, 64)}
 
@@ -40,6 +44,12 @@ def fp32_oracle(model: torch.nn.Module) -> torch.nn.Module:
     ref = build_model(model.config).eval()
     ref.load_state_dict({k: v.float() for k, v in model.state_dict().items()})
     return ref
+
+
+def assert_int_parity(errs: np.ndarray) -> None:
+    """Per-token errors of an int8 / int4 model: see INT_REL_TOL and FLIP_REL_TOL."""
+    assert np.median(errs) < INT_REL_TOL, np.sort(errs.ravel())[::-1][:10]
+    assert errs.max() < FLIP_REL_TOL, errs.max()
 
 
 def random_ids(vocab: int, shape: tuple[int, ...], seed: int) -> np.ndarray:
@@ -97,10 +107,7 @@ def test_quantized_logits_match_cpu(quantized_dirs, scheme: str) -> None:
     cuda = ats_native.Model(quantized_dirs[scheme], device="cuda")
     assert cuda.weight_format == cpu.weight_format == scheme.split("-")[0]
     ids = random_ids(cpu.vocab_size, (3, 19), 2)
-    errs = token_rel_errs(cuda.logits(ids), cpu.logits(ids))
-    assert np.median(errs) < INT_REL_TOL / 10
-    assert (errs < INT_REL_TOL).mean() >= 0.9, errs
-    assert errs.max() < FLIP_REL_TOL, errs
+    assert_int_parity(token_rel_errs(cuda.logits(ids), cpu.logits(ids)))
 
 
 @gpu
@@ -177,7 +184,7 @@ def test_moe_logits_and_generation_match_cpu(saved_model, tmp_path, scheme: str)
     if scheme == "float":
         assert errs.max() < FLOAT_REL_TOL, errs
     else:
-        assert (errs < INT_REL_TOL).mean() >= 0.9 and errs.max() < FLIP_REL_TOL, errs
+        assert_int_parity(errs)
     prompt = random_ids(model.config.vocab_size, (9,), 5)
     ours, theirs = list(cuda.generate(prompt, 24)), list(cpu.generate(prompt, 24))
     assert ours[:8] == theirs[:8] and (scheme != "float" or ours == theirs)
