@@ -26,6 +26,8 @@ scores left out, a few % at 128 tokens). Rows "..._fraction-of-peak": ours = GMA
 baseline = the peak, ratio = the fraction; "5x-torch-eager_vs_int8-peak": the rate a prefill 5x
 PyTorch eager would need against the int8 peak (ratio > 1: out of reach on this CPU).
 Run: uv run --no-sync python benchmarks/native.py [--models dense moe] [--reps 2]
+GPU (native runtime built with ATS_CUDA=ON): benchmarks/native.py --device cuda [native_cuda.py's
+options], see benchmarks/native_cuda.py.
 """
 
 import argparse
@@ -428,7 +430,23 @@ def run_model(
 
 
 def main() -> None:
+    device = argparse.ArgumentParser(add_help=False)
+    device.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    known, rest = device.parse_known_args()
+    if known.device == "cuda":  # the GPU decode benchmark, with its own options
+        sys.path.insert(0, str(Path(__file__).parent))
+        import native_cuda
+
+        sys.argv = [native_cuda.__file__, *rest]
+        native_cuda.main()
+        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="cuda: the GPU decode benchmark of benchmarks/native_cuda.py (its options follow)",
+    )
     parser.add_argument("--models", nargs="+", choices=("dense", "moe"), default=["dense", "moe"])
     parser.add_argument(
         "--precisions", nargs="+", choices=tuple(PRECISIONS), default=list(PRECISIONS)

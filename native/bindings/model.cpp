@@ -95,6 +95,8 @@ std::vector<int32_t> to_list(nb::handle obj) {
 }  // namespace
 
 void bind_model(nb::module_ &m) {
+    m.def("cuda_built", []() { return ats_cuda_built() == 1; },
+          "True when this build holds the CUDA backend (Model(..., device=\"cuda\")).");
     m.def(
         "cpu_features",
         []() {
@@ -187,8 +189,10 @@ void bind_model(nb::module_ &m) {
     nb::class_<Model>(m, "Model", "An ATS model directory loaded by the native runtime.")
         .def(
             "__init__",
-            [](Model *self, const std::string &path, int64_t threads, const std::string &kernels) {
-                ats_model_params p{path.c_str(), thread_count_arg(threads), kernels.c_str()};
+            [](Model *self, const std::string &path, int64_t threads, const std::string &kernels,
+               const std::string &device) {
+                ats_model_params p{path.c_str(), thread_count_arg(threads), kernels.c_str(),
+                                   device.c_str()};
                 char err[1024];
                 ats_model *mm;
                 {
@@ -199,7 +203,7 @@ void bind_model(nb::module_ &m) {
                 new (self) Model();
                 self->m = mm;
             },
-            "path"_a, "threads"_a = 0, "kernels"_a = "auto")
+            "path"_a, "threads"_a = 0, "kernels"_a = "auto", "device"_a = "cpu")
         .def_prop_ro("config",
                      [](Model &self) {
                          return nb::module_::import_("json").attr("loads")(
@@ -207,6 +211,7 @@ void bind_model(nb::module_ &m) {
                      })
         .def_prop_ro("vocab_size", [](Model &self) { return ats_model_vocab_size(self.m); })
         .def_prop_ro("kernels", [](Model &self) { return std::string(ats_model_kernels(self.m)); })
+        .def_prop_ro("device", [](Model &self) { return std::string(ats_model_device(self.m)); })
         .def_prop_ro("weight_format",
                      [](Model &self) { return std::string(ats_model_weight_format(self.m)); })
         .def(

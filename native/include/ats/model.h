@@ -16,7 +16,12 @@ typedef struct {
     const char *path;    /* model directory (config.json, model.safetensors[.index.json]) */
     int n_threads;       /* compute threads; 0 = all hardware threads, at most ats_threads_max() */
     const char *kernels; /* "auto" (NULL = auto), or a named set: "avx512", "avx2", "neon", "scalar" */
+    const char *device;  /* "cpu" (NULL = cpu) or "cuda" (the current GPU; needs a build with
+                            ATS_CUDA=ON): where weights, KV caches and forward passes live */
 } ats_model_params;
+
+/* 1 when this build holds the CUDA backend (device "cuda" can be asked for), else 0. */
+int ats_cuda_built(void);
 
 /* Loads and validates the model directory. Returns NULL with a message in err on any problem
  * (missing file or config key, malformed safetensors, wrong dtype/shape, missing tensor). */
@@ -27,8 +32,10 @@ int32_t ats_model_vocab_size(const ats_model *model);
 int32_t ats_model_max_seq_len(const ats_model *model);
 /* config.json text as read (static for the model's lifetime). */
 const char *ats_model_config_json(const ats_model *model);
-/* Name of the kernel set in use ("avx512", "avx2", "neon", "scalar"). */
+/* Name of the kernel set in use ("avx512", "avx2", "neon", "scalar"; "cuda" on the GPU). */
 const char *ats_model_kernels(const ats_model *model);
+/* "cpu" or "cuda": where the model runs (ats_model_params.device). */
+const char *ats_model_device(const ats_model *model);
 /* "f32", "bf16", "int8" or "int4": how the weights were stored on disk. */
 const char *ats_model_weight_format(const ats_model *model);
 

@@ -5,7 +5,8 @@ Tokenizer fast path (contract: the ats_tokenizer package is the reference): `pre
 Model runtime (issue 7; contract: briefs/native_runtime.md): `Model` (a model directory:
 logits, streaming `generate` -> `Generation`, `generate_batch`), `Batch` (continuous batching:
 requests start in slots of one KV cache, one forward per step), `Tokenizer` (tokenizer.json),
-`cpu_features`, `cpu_peak` (measured peak multiply-adds/s), `quantized_matmul` (one int8/int4
+`cpu_features`, `cpu_peak` (measured peak multiply-adds/s), `cuda_built` (whether Model takes
+device="cuda"), `quantized_matmul` (one int8/int4
 matmul through the runtime's path, for tests), `threads_max` (the most threads any call may use).
 """
 
@@ -22,6 +23,7 @@ from ats_native._ats_native import (
     WordCounter,
     cpu_features,
     cpu_peak,
+    cuda_built,
     pretokenize,
     quantized_matmul,
     threads_max,
@@ -42,6 +44,7 @@ __all__ = [
     "WordCounter",
     "cpu_features",
     "cpu_peak",
+    "cuda_built",
     "pretokenize",
     "quantized_matmul",
     "threads_max",

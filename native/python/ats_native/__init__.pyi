@@ -39,6 +39,9 @@ def train_bpe(counts: dict[bytes, int], n_merges: int, min_frequency: int) -> li
 def cpu_features() -> dict[str, str | bool]:
     """CPU SIMD features and the kernel set chosen for them ("kernels": avx512 / avx2 / neon / scalar)."""
 
+def cuda_built() -> bool:
+    """True when this build holds the CUDA backend (Model(..., device="cuda"))."""
+
 def threads_max() -> int:
     """The most threads one call (Model, encode_batch, WordCounter.add, quantized_matmul,
     cpu_peak) may use: 4 x the hardware threads; more is a ValueError."""
@@ -73,15 +76,21 @@ class Model:
     """An ATS model directory (float, bf16, int8 or int4) loaded by the native runtime.
 
     threads: compute threads (0 = all cores, at most threads_max()); kernels: "auto", "avx512", "avx2", "neon", "scalar".
-    Raises ValueError with a clear message on malformed directories."""
+    device: "cpu" or "cuda" (weights, KV caches and forward passes on the current GPU; needs a
+    build with ATS_CUDA=ON, see cuda_built(), and a dense model).
+    Raises ValueError with a clear message on malformed directories or an unavailable device."""
 
-    def __init__(self, path: str, threads: int = 0, kernels: str = "auto") -> None: ...
+    def __init__(
+        self, path: str, threads: int = 0, kernels: str = "auto", device: str = "cpu"
+    ) -> None: ...
     @property
     def config(self) -> dict[str, Any]: ...
     @property
     def vocab_size(self) -> int: ...
     @property
     def kernels(self) -> str: ...
+    @property
+    def device(self) -> str: ...
     @property
     def weight_format(self) -> str: ...
     def logits(self, ids: Sequence[int] | npt.ArrayLike) -> npt.NDArray[np.float32]:

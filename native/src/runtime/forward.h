@@ -18,6 +18,7 @@ struct ats_session {
      * (n_seq, max_len): 1 where this layer computed a key (MoD layers skip tokens) */
     std::vector<std::vector<float>> k, v;
     std::vector<std::vector<uint8_t>> valid;
+    ats::CudaSession *cuda = nullptr; /* device cuda: the cache lives on the GPU, k/v/valid empty */
 };
 
 namespace ats {
@@ -64,6 +65,11 @@ bool swiglu_is_packed(const Weight &w1, const Weight &w3, const Weight &w2);
 /* Several SwiGLU FFNs at once (the chosen experts and the shared one): every gate and up
  * projection in one pool job, every down projection in one more. */
 void swiglu_packed(ats_model *m, const SwiGLUPart *parts, int n_parts);
+
+/* MoE routing of M rows from their router logits (M, E): idx/wts (M, K) the chosen experts and
+ * their weights, keep (M, K) 0 for a slot the capacity dropped (moe_ffn's rules, below). */
+void moe_route(const Config &c, const Layer &L, const float *logits, int64_t M, int32_t *idx,
+               float *wts, uint8_t *keep);
 
 /* MoE FFN (router softmax with temperature, top-k chosen with expert_bias, norm_topk, capacity as
  * ats-model applies it over the rows of this call, per-expert batched SwiGLU, shared experts). */

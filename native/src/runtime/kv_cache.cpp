@@ -29,6 +29,14 @@ ats_session *ats_session_init(ats_model *m, int32_t n_seq, int32_t max_len, char
         s->n_seq = n_seq;
         s->max_len = max_len;
         s->length.assign((size_t)n_seq, 0);
+        if (m->cuda) {
+            std::string msg;
+            if (!cuda_session_init(s.get(), &s->cuda, &msg)) {
+                ats::set_err(err, err_cap, msg);
+                return nullptr;
+            }
+            return s.release();
+        }
         size_t slots = (size_t)n_seq * (size_t)max_len;
         size_t kv = slots * (size_t)(m->cfg.n_kv_head * m->cfg.head_dim);
         s->k.resize((size_t)m->cfg.n_layer);
@@ -46,7 +54,11 @@ ats_session *ats_session_init(ats_model *m, int32_t n_seq, int32_t max_len, char
     }
 }
 
-void ats_session_free(ats_session *s) { delete s; }
+void ats_session_free(ats_session *s) {
+    if (!s) return;
+    cuda_session_free(s->cuda);
+    delete s;
+}
 
 int32_t ats_session_length(const ats_session *s, int32_t b) {
     return b >= 0 && b < s->n_seq ? s->length[(size_t)b] : -1;
@@ -59,6 +71,10 @@ int ats_session_reset(ats_session *s, int32_t b, char *err, size_t err_cap) {
         return -1;
     }
     s->length[(size_t)b] = 0;
+    if (s->cuda) {
+        cuda_session_reset(s, b);
+        return 0;
+    }
     /* keys and values stay; a slot is read only while valid, and every valid flag is cleared */
     for (std::vector<uint8_t> &valid : s->valid) {
         std::fill(valid.begin() + (size_t)b * s->max_len, valid.begin() + (size_t)(b + 1) * s->max_len, 0);

@@ -57,6 +57,16 @@ static ats_model *model_init(const ats_model_params *p, std::string *err) {
         return nullptr;
     }
     std::string dir = p->path;
+    const std::string device = p->device ? p->device : "cpu";
+    if (device != "cpu" && device != "cuda") {
+        *err = "unknown device '" + device + "' (expected 'cpu' or 'cuda')";
+        return nullptr;
+    }
+    if (device == "cuda" && !cuda_built()) {
+        CudaModel *none = nullptr;
+        cuda_model_init(nullptr, &none, err); /* the message saying how to build with CUDA */
+        return nullptr;
+    }
     std::ifstream f(dir + "/config.json", std::ios::binary);
     if (!f) {
         *err = dir + ": no config.json";
@@ -83,7 +93,11 @@ static ats_model *model_init(const ats_model_params *p, std::string *err) {
         for (StFile &sf : m->files) st_close(&sf);
         return nullptr;
     }
-    if (!weights_repack(m.get(), err)) {
+    m->device = device;
+    /* the CPU's repacked copies serve the CPU kernels only; the GPU takes the loaded layout */
+    bool ok = device == "cuda" ? cuda_model_init(m.get(), &m->cuda, err)
+                               : weights_repack(m.get(), err);
+    if (!ok) {
         for (StFile &sf : m->files) st_close(&sf);
         return nullptr;
     }
@@ -95,6 +109,8 @@ static ats_model *model_init(const ats_model_params *p, std::string *err) {
 using namespace ats;
 
 extern "C" {
+
+int ats_cuda_built(void) { return cuda_built() ? 1 : 0; }
 
 ats_model *ats_model_init(const ats_model_params *params, char *err, size_t err_cap) {
     std::string msg;
@@ -111,6 +127,7 @@ ats_model *ats_model_init(const ats_model_params *params, char *err, size_t err_
 void ats_model_free(ats_model *model) {
     if (!model) return;
     model->pool.reset();
+    cuda_model_free(model->cuda);
     for (StFile &f : model->files) st_close(&f);
     delete model;
 }
@@ -118,7 +135,8 @@ void ats_model_free(ats_model *model) {
 int32_t ats_model_vocab_size(const ats_model *m) { return (int32_t)m->cfg.vocab_size; }
 int32_t ats_model_max_seq_len(const ats_model *m) { return (int32_t)m->cfg.max_seq_len; }
 const char *ats_model_config_json(const ats_model *m) { return m->config_text.c_str(); }
-const char *ats_model_kernels(const ats_model *m) { return m->kernels->name; }
+const char *ats_model_kernels(const ats_model *m) { return m->cuda ? "cuda" : m->kernels->name; }
+const char *ats_model_device(const ats_model *m) { return m->device.c_str(); }
 const char *ats_model_weight_format(const ats_model *m) { return m->weight_format.c_str(); }
 
 int ats_session_forward(ats_session *s, const int32_t *const *ids, const int32_t *n_new,
@@ -146,6 +164,14 @@ int ats_session_forward(ats_session *s, const int32_t *const *ids, const int32_t
         }
     }
     try {
+        if (s->cuda) {
+            std::string msg;
+            if (!cuda_session_forward(s, ids, n_new, last_logits, all_logits, &msg)) {
+                set_err(err, err_cap, msg);
+                return -1;
+            }
+            return 0;
+        }
         session_forward(s, ids, n_new, last_logits, all_logits);
         return 0;
     } catch (const std::bad_alloc &) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "../cuda/backend.h"
 #include "kernels.h"
 #include "matmul.h"
 #include "safetensors.h"
@@ -73,6 +74,8 @@ struct ats_model {
     std::vector<float> rope_cos, rope_sin; /* (max_seq_len, head_dim) */
     std::unique_ptr<ats::ThreadPool> pool;
     const ats::Kernels *kernels;
+    std::string device = "cpu";     /* cpu | cuda */
+    ats::CudaModel *cuda = nullptr; /* device cuda: the GPU copy (src/cuda/backend.h) */
 };
 
 namespace ats {

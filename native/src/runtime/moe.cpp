@@ -95,26 +95,14 @@ static void experts_packed(ats_model *m, const Layer &L, const float *x, int64_t
     }
 }
 
-void moe_ffn(ats_model *m, const Layer &L, const float *x, int64_t M, float *y) {
-    const Config &c = m->cfg;
-    const int64_t E = c.n_experts, K = c.top_k, C = c.dim;
-    /* scratch reused across calls (no heap traffic per decode step once warm) */
-    thread_local std::vector<float> logits, wts, probs, scores;
-    thread_local std::vector<int32_t> idx;
-    thread_local std::vector<uint8_t> keep;
-    logits.resize((size_t)(M * E));
-    Weight router;
-    router.rows = E;
-    router.cols = C;
-    router.f32 = L.router;
-    matmul(m->pool.get(), m->kernels, router, x, M, logits.data());
-
-    idx.resize((size_t)(M * K));
-    wts.resize((size_t)(M * K));
+void moe_route(const Config &c, const Layer &L, const float *logits, int64_t M, int32_t *idx,
+               float *wts, uint8_t *keep) {
+    const int64_t E = c.n_experts, K = c.top_k;
+    thread_local std::vector<float> probs, scores;
     probs.resize((size_t)E);
     scores.resize((size_t)E);
     for (int64_t n = 0; n < M; n++) {
-        const float *lg = logits.data() + n * E;
+        const float *lg = logits + n * E;
         float mx = -INFINITY;
         for (int64_t e = 0; e < E; e++) {
             probs[(size_t)e] = lg[e] / (float)c.router_temperature;
@@ -138,28 +126,48 @@ void moe_ffn(ats_model *m, const Layer &L, const float *x, int64_t M, float *y) 
             }
             if (best < 0) best = 0; /* all scores -inf cannot happen with finite logits */
             scores[(size_t)best] = -INFINITY;
-            idx[(size_t)(n * K + j)] = (int32_t)best;
-            wts[(size_t)(n * K + j)] = probs[(size_t)best];
+            idx[n * K + j] = (int32_t)best;
+            wts[n * K + j] = probs[(size_t)best];
             wsum += probs[(size_t)best];
         }
         if (c.norm_topk) {
-            for (int64_t j = 0; j < K; j++) wts[(size_t)(n * K + j)] /= wsum;
+            for (int64_t j = 0; j < K; j++) wts[n * K + j] /= wsum;
         }
     }
 
-    keep.assign((size_t)(M * K), 1);
+    for (int64_t s = 0; s < M * K; s++) keep[s] = 1;
     if (c.has_capacity) {
         double raw = c.capacity_factor * (double)M * (double)K / (double)E;
         int64_t cap = (int64_t)ceil(nearbyint(raw * 1e6) / 1e6);
         std::vector<int64_t> used((size_t)E, 0);
         for (int64_t j = 0; j < K; j++) {
             for (int64_t n = 0; n < M; n++) {
-                int32_t e = idx[(size_t)(n * K + j)];
-                keep[(size_t)(n * K + j)] = used[(size_t)e] < cap;
+                int32_t e = idx[n * K + j];
+                keep[n * K + j] = used[(size_t)e] < cap;
                 used[(size_t)e]++;
             }
         }
     }
+}
+
+void moe_ffn(ats_model *m, const Layer &L, const float *x, int64_t M, float *y) {
+    const Config &c = m->cfg;
+    const int64_t E = c.n_experts, K = c.top_k, C = c.dim;
+    /* scratch reused across calls (no heap traffic per decode step once warm) */
+    thread_local std::vector<float> logits, wts;
+    thread_local std::vector<int32_t> idx;
+    thread_local std::vector<uint8_t> keep;
+    logits.resize((size_t)(M * E));
+    Weight router;
+    router.rows = E;
+    router.cols = C;
+    router.f32 = L.router;
+    matmul(m->pool.get(), m->kernels, router, x, M, logits.data());
+
+    idx.resize((size_t)(M * K));
+    wts.resize((size_t)(M * K));
+    keep.resize((size_t)(M * K));
+    moe_route(c, L, logits.data(), M, idx.data(), wts.data(), keep.data());
 
     /* per-slot expert outputs (M*K, C), combined afterwards in choice order like ats-model */
     thread_local std::vector<float> y_slots, shared;

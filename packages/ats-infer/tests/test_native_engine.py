@@ -129,3 +129,20 @@ def test_native_engine_runs_quantized_dirs_and_torch_refuses_them(
     assert isinstance("".join(native.generate("class ", **kwargs)), str)
     with pytest.raises(ValueError, match="use --engine native"):
         load_engine(out, "torch")
+
+
+def test_native_engine_devices(trained_dense_dir) -> None:
+    with pytest.raises(ValueError, match="native engine runs on 'cpu' or 'cuda'"):
+        load_engine(trained_dense_dir, "native", device="mps")
+    if not ats_native.cuda_built():
+        with pytest.raises(ValueError, match="no CUDA backend.*ATS_CUDA=ON"):
+            load_engine(trained_dense_dir, "native", device="cuda")
+
+
+@pytest.mark.gpu
+def test_native_engine_on_cuda_writes_the_cpu_text(trained_dense_dir) -> None:
+    kwargs = dict(max_new_tokens=24, temperature=0.0, top_k=None, top_p=None, seed=None, stop=[])
+    cpu = load_engine(trained_dense_dir, "native", threads=2)
+    cuda = load_engine(trained_dense_dir, "native", device="cuda")
+    text = "".join(cuda.generate("def read_file(path):\n    ", **kwargs))
+    assert text == "".join(cpu.generate("def read_file(path):\n    ", **kwargs))

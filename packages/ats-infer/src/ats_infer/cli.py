@@ -40,7 +40,11 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     gen.add_argument("--engine", choices=ENGINES, default="auto")
     gen.add_argument("--threads", type=int, default=0, help="compute threads (0 = all cores)")
-    gen.add_argument("--device", default="cpu", help="torch engine only")
+    gen.add_argument(
+        "--device",
+        default="cpu",
+        help="cpu, cuda (native engine: a build with ATS_CUDA=ON), or a torch device",
+    )
 
     quant = commands.add_parser("quantize", help="write an int8 or int4 copy of a model directory")
     quant.add_argument("model_dir", help="float model directory")
@@ -84,7 +88,11 @@ def build_parser() -> argparse.ArgumentParser:
     ppl.add_argument("--batch-size", type=int, default=8, help="windows per forward")
     ppl.add_argument("--engine", choices=ENGINES, default="auto")
     ppl.add_argument("--threads", type=int, default=0, help="compute threads (0 = all cores)")
-    ppl.add_argument("--device", default="cpu", help="torch engine only")
+    ppl.add_argument(
+        "--device",
+        default="cpu",
+        help="cpu, cuda (native engine: a build with ATS_CUDA=ON), or a torch device",
+    )
     ppl.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
@@ -146,6 +154,8 @@ def _serve(args: argparse.Namespace) -> None:
     from ats_infer.serve.server import serve
 
     serve(args)
+
+
 def _eval_ppl(args: argparse.Namespace) -> None:
     result = eval_ppl(
         args.model_dir,

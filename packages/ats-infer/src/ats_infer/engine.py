@@ -90,11 +90,11 @@ def load_engine(
     require_model_dir(model_dir)
     chosen = engine_for(model_dir, engine)
     if chosen == "native":
-        if device != "cpu":
-            raise ValueError(f"device {device!r}: the native engine runs on the CPU only today")
+        if device not in ("cpu", "cuda"):
+            raise ValueError(f"device {device!r}: the native engine runs on 'cpu' or 'cuda'")
         from ats_infer.native_engine import NativeEngine
 
-        return NativeEngine(model_dir, threads=threads)
+        return NativeEngine(model_dir, threads=threads, device=device)
     # The native loader checks the directory itself; the torch engine's is checked here, as
     # quantize and export-gguf check theirs, before ats-model builds anything from config.json.
     if path_kind(model_dir / QUANTO_FILE) == "missing" and open_model_dir(model_dir).quantization:

@@ -14,13 +14,14 @@ from ats_infer.text_stream import encode_prompt, stream_text
 
 
 class NativeEngine:
-    def __init__(self, model_dir: Path, threads: int = 0) -> None:
+    def __init__(self, model_dir: Path, threads: int = 0, device: str = "cpu") -> None:
         check_threads(threads)
         tokenizer_path = model_dir / TOKENIZER_FILE
         if not tokenizer_path.is_file():
             raise FileNotFoundError(f"{model_dir}: no {TOKENIZER_FILE} beside the weights")
         self.tokenizer = Tokenizer.load(tokenizer_path)
-        self.model = ats_native.Model(str(model_dir), threads=threads)
+        # device "cuda": the native runtime's CUDA backend (a build with ATS_CUDA=ON)
+        self.model = ats_native.Model(str(model_dir), threads=threads, device=device)
         self.vocab_size: int = self.model.vocab_size
         self.max_seq_len: int = self.model.config["max_seq_len"]
 

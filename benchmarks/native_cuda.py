@@ -1,0 +1,201 @@
+"""CUDA decode benchmark of the native runtime (`ats_native.Model(path, device="cuda")`, a build
+with ATS_CUDA=ON: native/tools/cuda_check.sh) on one GPU: batch-1 decode tokens/s of bf16, int8 and
+int4 (groups of 32) weights, against ats-model's PyTorch engine (bf16, eager) on the same GPU, and
+against the HBM roofline: weight bytes read per token / the measured device copy bandwidth (a
+torch copy of 2 GiB, bytes read + written). Batched decode: aggregate tokens/s of --batch
+sequences decoding together in one ats_native.Batch (prompts prefilled first, not timed); and
+batch-1 decode with the decode steps' CUDA graphs against without (ATS_CUDA_GRAPHS=0).
+
+Models (random-init weights, built on first use under --cache; the shapes of benchmarks/native.py):
+    dense-254m   dim 1024, 16 layers, GQA 16/8 heads, SwiGLU 2816, vocab 32000
+    dense-1b     dim 2048, 16 layers, GQA 32/8 heads, SwiGLU 5632, vocab 32000 (1.1B)
+    moe-879m     dim 896, 12 layers, 16 experts of SwiGLU 1536, top-2: 879M total, 186M active
+                 (its roofline counts every expert's bytes: a token reads only 2 of 16)
+Prints one JSON line per measurement: {"name", "ours", "baseline", "ratio", "hardware", "unit"}.
+Run (GPU machine): python3 benchmarks/native_cuda.py [--models dense-254m dense-1b]
+"""
+
+import argparse
+import json
+import os
+import struct
+import sys
+import time
+from pathlib import Path
+
+MODELS = {
+    "dense-254m": dict(family="dense", dim=1024, n_layer=16, n_head=16, n_kv_head=8, ffn_dim=2816),
+    "dense-1b": dict(family="dense", dim=2048, n_layer=16, n_head=32, n_kv_head=8, ffn_dim=5632),
+    "moe-879m": dict(
+        family="moe",
+        dim=896,
+        n_layer=12,
+        n_head=14,
+        n_kv_head=7,
+        ffn_dim=1536,
+        moe=dict(n_experts=16, top_k=2),
+    ),
+}
+SCHEMES = {"bf16": None, "int8": (8, None), "int4": (4, 32)}
+
+
+def log(message: str) -> None:
+    print(f"# {message}", file=sys.stderr, flush=True)
+
+
+def emit(name: str, ours: float, baseline: float, hw: str, unit: str = "tokens/s") -> None:
+    row = {"name": name, "ours": round(ours, 2), "baseline": round(baseline, 2)}
+    row.update(ratio=round(ours / baseline, 3), hardware=hw, unit=unit)
+    print(json.dumps(row), flush=True)
+
+
+def build(cache: Path, name: str) -> dict[str, Path]:
+    """{scheme: model dir}: the bf16 model and its int8 / int4 copies, built once."""
+    import torch
+    from ats_infer.quantize import quantize_model_dir
+    from ats_model import ModelConfig, build_model, save_pretrained
+
+    base = cache / name
+    if not base.exists():
+        torch.manual_seed(0)
+        fields = dict(MODELS[name], vocab_size=32000, max_seq_len=2048)
+        model = build_model(ModelConfig(**fields, tie_embeddings=False), dtype=torch.bfloat16)
+        save_pretrained(model, base)
+    dirs = {"bf16": base}
+    for scheme, args in SCHEMES.items():
+        if args is not None:
+            out = cache / f"{name}-{scheme}"
+            if not out.exists():
+                quantize_model_dir(base, out, *args)
+            dirs[scheme] = out
+    return dirs
+
+
+def weight_bytes(model_dir: Path, bits: int | None) -> int:
+    """Bytes of every tensor a decode step reads in full (all but the embedding table), as the
+    GPU holds them (int4 scales as fp16: half their file size)."""
+    path = model_dir / "model.safetensors"
+    with path.open("rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+    total = 0
+    for key, meta in header.items():
+        if key == "__metadata__" or key.startswith("tok_embeddings"):
+            continue
+        size = meta["data_offsets"][1] - meta["data_offsets"][0]
+        total += size // 2 if bits == 4 and key.endswith(".scale") else size
+    return total
+
+
+def copy_bandwidth() -> float:
+    """Device copy bandwidth in bytes/s (read + write) of a 2 GiB tensor, best of 10."""
+    import torch
+
+    src = torch.empty(2**30 // 2, dtype=torch.float32, device="cuda")
+    dst = torch.empty_like(src)
+    best = float("inf")
+    for _ in range(12):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        dst.copy_(src)
+        torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - start)
+    return 2 * src.numel() * 4 / best
+
+
+def ats_decode(model_dir: Path, prompt: list[int], n: int, reps: int, graphs: str = "1") -> float:
+    import ats_native
+
+    os.environ["ATS_CUDA_GRAPHS"] = graphs  # read when generate() starts its session
+    model = ats_native.Model(str(model_dir), device="cuda")
+    best = 0.0
+    for _ in range(reps + 1):  # the first run warms up
+        tokens = iter(model.generate(prompt, n + 1))
+        next(tokens)  # prefill
+        start = time.perf_counter()
+        for _ in range(n):
+            next(tokens)
+        best = max(best, n / (time.perf_counter() - start))
+    return best
+
+
+def ats_batched(model_dir: Path, prompt: list[int], batch: int, n: int) -> float:
+    import ats_native
+
+    model = ats_native.Model(str(model_dir), device="cuda")
+    rates = []
+    for _ in range(2):  # warm-up, then the measured run
+        b = ats_native.Batch(model, n_slots=batch, max_len=len(prompt) + n + 2)
+        for slot in range(batch):
+            b.start(slot, prompt[slot % len(prompt) :] + prompt[: slot % len(prompt)], n + 1)
+        b.step(0)  # every prompt prefilled, first tokens sampled
+        start = time.perf_counter()
+        produced = sum(len(b.step(0)) for _ in range(n))
+        rates.append(produced / (time.perf_counter() - start))
+    return rates[-1]
+
+
+def torch_decode(model_dir: Path, prompt: list[int], n: int, reps: int) -> float:
+    """ats-model eager bf16 on the GPU through its KV-cache generate(); a forward hook stamps
+    the end of each forward (the first is the prefill)."""
+    import torch
+    from ats_model import generate, load_pretrained
+
+    model = load_pretrained(model_dir).to(device="cuda", dtype=torch.bfloat16).eval()
+    ids = torch.tensor([prompt], device="cuda")
+    stamps: list[float] = []
+
+    def stamp(*_) -> None:
+        torch.cuda.synchronize()
+        stamps.append(time.perf_counter())
+
+    model.register_forward_hook(stamp)
+    best = 0.0
+    for _ in range(reps + 1):
+        stamps.clear()
+        generate(model, ids, n + 1, temperature=0.0)
+        best = max(best, n / (stamps[-1] - stamps[0]))
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", nargs="+", choices=list(MODELS), default=["dense-254m"])
+    parser.add_argument("--prompt-len", type=int, default=32)
+    parser.add_argument("--decode", type=int, default=64, help="decode steps measured")
+    parser.add_argument("--batch", type=int, default=32, help="sequences of the batched run")
+    parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--cache", type=Path, default=Path("/tmp/ats-bench-cuda"))
+    parser.add_argument("--no-torch", action="store_true", help="skip the PyTorch baseline")
+    args = parser.parse_args()
+
+    import numpy as np
+    import torch
+
+    hw = torch.cuda.get_device_name()
+    bandwidth = copy_bandwidth()
+    emit("device-copy-bandwidth", bandwidth / 1e9, bandwidth / 1e9, hw, "GB/s")
+    prompt = np.random.default_rng(0).integers(0, 32000, args.prompt_len).tolist()
+    args.cache.mkdir(parents=True, exist_ok=True)
+    for name in args.models:
+        dirs = build(args.cache, name)
+        log(f"{name}: model dirs ready")
+        best_torch = 0.0
+        if not args.no_torch:
+            best_torch = torch_decode(dirs["bf16"], prompt, args.decode, args.reps)
+        for scheme, model_dir in dirs.items():
+            bits = SCHEMES[scheme][0] if SCHEMES[scheme] else None
+            rate = ats_decode(model_dir, prompt, args.decode, args.reps)
+            roofline = bandwidth / weight_bytes(model_dir, bits)
+            emit(f"{name}_{scheme}_decode-b1_vs_roofline", rate, roofline, hw)
+            no_graphs = ats_decode(model_dir, prompt, args.decode, args.reps, graphs="0")
+            os.environ["ATS_CUDA_GRAPHS"] = "1"
+            emit(f"{name}_{scheme}_decode-b1-cuda-graphs_vs_no-graphs", rate, no_graphs, hw)
+            if best_torch:
+                emit(f"{name}_{scheme}_decode-b1_vs_torch-eager-bf16", rate, best_torch, hw)
+            batched = ats_batched(model_dir, prompt, args.batch, args.decode)
+            emit(f"{name}_{scheme}_decode-b{args.batch}-aggregate_vs_b1", batched, rate, hw)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+/* CUDA kernels of the GPU forward pass (launchers; every launch goes on the given stream). Rows
+ * are tokens as in forward.h: (M, C) matrices, fp32 activations. Weights as uploaded by
+ * model_cuda.cu (GpuWeight). The quantized matmuls follow the CPU's integer scheme exactly:
+ * activations rounded to int8 per 32-block (Q8_0: d = max|x| / 127, q = round(x / d)), an exact
+ * integer dot per block (dp4a), scaled per block; int4 scales rounded to fp16 as in the CPU's
+ * packed copy. */
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+namespace ats {
+
+enum GpuWeightType { GPU_F32 = 0, GPU_BF16 = 1, GPU_Q8 = 2, GPU_Q4 = 3 };
+
+/* One matmul weight W (rows = out features, cols = in features) in GPU memory. */
+struct GpuWeight {
+    GpuWeightType type = GPU_F32;
+    int64_t rows = 0, cols = 0;
+    const void *data = nullptr;    /* F32/BF16: (rows, cols); Q8: int8 (rows, cols);
+                                      Q4: (rows, cols / 32) blocks of 16 bytes, byte j holding
+                                      element j (low nibble) and j + 16 (high), weight code - 8 */
+    const float *scale = nullptr;  /* Q8: (rows) */
+    const __half *scale4 = nullptr; /* Q4: (rows, cols / group) */
+    int group = 0;                  /* Q4 group size */
+};
+
+/* Activation rows quantized for the integer matmuls: q (N, C) int8, d (N, C / 32). */
+struct GpuQAct {
+    int8_t *q;
+    float *d;
+};
+
+/* y (N, w.rows) = x (N, w.cols) @ W^T: fp32 x for float weights, xq for quantized ones. */
+void gpu_matmul(const GpuWeight &w, const float *x, const GpuQAct &xq, int64_t N, float *y,
+                cudaStream_t st);
+/* xq = Q8_0(x) for x (N, C), C % 32 == 0. */
+void gpu_quantize(const float *x, int64_t N, int64_t C, GpuQAct xq, cudaStream_t st);
+
+/* x (M, C) = embedding rows of tok (fp32 or bf16 table). */
+void gpu_embed(const void *table, bool bf16, const int32_t *tok, int64_t M, int64_t C, float *x,
+               cudaStream_t st);
+/* y = rmsnorm(x) * w per row (sum of squares in double, as the CPU's norm_row). */
+void gpu_rms_norm(const float *x, const float *w, int64_t M, int64_t C, double eps, float *y,
+                  cudaStream_t st);
+/* y = a + b (n elements); y may alias a. */
+void gpu_add(const float *a, const float *b, int64_t n, float *y, cudaStream_t st);
+/* g = silu(g) * u (n elements). */
+void gpu_silu_mul(float *g, const float *u, int64_t n, cudaStream_t st);
+/* dst row i = src row rows[i] (R rows of C). */
+void gpu_gather_rows(const float *src, const int32_t *rows, int64_t R, int64_t C, float *dst,
+                     cudaStream_t st);
+
+/* MoE combine: y[n] = sum_j w[n, j] * ys[slot[n, j]] (slots in choice order, -1 = dropped)
+ * + shared[n] when shared is not NULL; y (M, C). */
+void gpu_moe_combine(const float *ys, const int32_t *slot, const float *w, const float *shared,
+                     int64_t M, int64_t K, int64_t C, float *y, cudaStream_t st);
+
+/* The layer's KV cache of one session: (n_seq, max_len, n_kv * hd) keys and values, validity
+ * (n_seq, max_len). */
+struct GpuKV {
+    float *k, *v;
+    uint8_t *valid;
+    int64_t max_len;
+};
+
+/* RoPE on q (M, NH*hd) and k (M, NKV*hd) at each row's position, then k/v into the cache slot
+ * (seq[r], pos[r]) marked valid. */
+void gpu_rope_cache(float *q, float *k, const float *v, const float *cos_t, const float *sin_t,
+                    const int32_t *seq, const int32_t *pos, int64_t M, int64_t NH, int64_t NKV,
+                    int64_t hd, GpuKV kv, cudaStream_t st);
+/* Causal GQA attention of every row over the valid slots <= its position of its sequence:
+ * out (M, NH*hd). max_pos bounds every row's position (sizes the scores in shared memory). */
+void gpu_attention(const float *q, const int32_t *seq, const int32_t *pos, int64_t M, int64_t NH,
+                   int64_t NKV, int64_t hd, int64_t max_pos, GpuKV kv, float *out,
+                   cudaStream_t st);
+/* The most key slots gpu_attention takes (its scores live in shared memory). */
+int64_t gpu_attention_max_keys(int64_t hd);
+/* Marks slots [0, max_len) of sequence b invalid in every layer's validity array. */
+void gpu_clear_valid(uint8_t *valid, int64_t b, int64_t max_len, cudaStream_t st);
+
+}  // namespace ats

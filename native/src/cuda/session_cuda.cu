@@ -1,0 +1,234 @@
+/* The GPU side of an ats_session: per-layer KV cache and validity on the GPU, scratch that
+ * grows with the largest call, one stream; and the forward pass over the new tokens of all
+ * sequences (rows stacked as in forward.cpp), logits copied back to the host. A decode step (one
+ * token per sequence) replays a CUDA graph captured once per row count (its kernels read the
+ * rows' tokens, sequences and positions from device buffers filled before each replay, and
+ * attention sizes its shared memory for the session's max_len): a small model's step is
+ * hundreds of short kernels, whose launches would otherwise dominate. ATS_CUDA_GRAPHS=0 turns
+ * the graphs off (every step launches its kernels). */
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "../runtime/forward.h"
+#include "backend.h"
+#include "kernels.cuh"
+#include "model_cuda.h"
+#include "session_cuda.h"
+
+namespace ats {
+
+namespace {
+
+bool alloc(std::vector<void *> *allocs, size_t bytes, void *out, std::string *err) {
+    void *d = nullptr;
+    CUDA_TRY(cudaMalloc(&d, std::max<size_t>(bytes, 16)), "out of GPU memory");
+    allocs->push_back(d);
+    *(void **)out = d;
+    return true;
+}
+
+/* Grows the scratch to hold M rows and R output rows (powers of two, so a growing prompt
+ * reallocates rarely). */
+bool scratch_reserve(CudaSession *cs, const Config &c, int64_t M, int64_t R, std::string *err) {
+    Scratch &s = cs->s;
+    if (M <= s.M && R <= s.R) return true;
+    CUDA_TRY(cudaStreamSynchronize(cs->stream), "forward pass");
+    cs->drop_graphs(); /* they hold the old buffers' addresses */
+    for (void *p : cs->scratch_allocs) cudaFree(p);
+    cs->scratch_allocs.clear();
+    int64_t m = 1, r = 1;
+    while (m < M) m *= 2;
+    while (r < R) r *= 2;
+    s.M = m;
+    s.R = r;
+    const int64_t C = c.dim, H = c.n_head * c.head_dim, KV = c.n_kv_head * c.head_dim,
+                  V = c.vocab_size, E = c.has_moe ? c.n_experts : 1,
+                  K = c.has_moe ? c.top_k : 1, S = c.has_moe ? c.n_shared_experts * c.ffn_dim : 0,
+                  F = std::max(c.ffn_dim, S), W = std::max({C, H, F});
+    std::vector<void *> *A = &cs->scratch_allocs;
+    const size_t f4 = sizeof(float);
+    return alloc(A, m * C * f4, &s.x, err) && alloc(A, m * C * f4, &s.h, err) &&
+           alloc(A, m * C * f4, &s.hn, err) && alloc(A, m * C * f4, &s.a, err) &&
+           alloc(A, m * C * f4, &s.f, err) && alloc(A, m * H * f4, &s.q, err) &&
+           alloc(A, m * KV * f4, &s.k, err) && alloc(A, m * KV * f4, &s.v, err) &&
+           alloc(A, m * H * f4, &s.att, err) && alloc(A, m * F * f4, &s.g, err) &&
+           alloc(A, m * F * f4, &s.u, err) && alloc(A, r * C * f4, &s.xs, err) &&
+           alloc(A, r * C * f4, &s.hs, err) && alloc(A, r * V * f4, &s.logits, err) &&
+           alloc(A, m * K * W, &s.xq, err) && alloc(A, m * K * W / 32 * f4, &s.xd, err) &&
+           alloc(A, m * 4, &s.tok, err) && alloc(A, m * 4, &s.seq, err) &&
+           alloc(A, m * 4, &s.pos, err) && alloc(A, m * 4, &s.out_rows, err) &&
+           alloc(A, m * E * f4, &s.rl, err) && alloc(A, m * K * C * f4, &s.xe, err) &&
+           alloc(A, m * K * F * f4, &s.ge, err) && alloc(A, m * K * F * f4, &s.ue, err) &&
+           alloc(A, m * K * C * f4, &s.ys, err) && alloc(A, m * C * f4, &s.shared, err) &&
+           alloc(A, m * K * f4, &s.mwts, err) && alloc(A, m * K * 4, &s.mrows, err) &&
+           alloc(A, m * K * 4, &s.mslot, err);
+}
+
+/* Every kernel of one forward call over the M rows in the scratch buffers (tokens, sequences,
+ * positions, output rows uploaded), up to the logits of the R output rows. max_pos bounds the
+ * rows' positions (attention's shared memory). */
+bool run_kernels(const ats_model *m, CudaSession *cs, int64_t M, int64_t R, int64_t max_pos,
+                 std::string *err) {
+    const CudaModel *cm = m->cuda;
+    const Config &c = m->cfg;
+    const int64_t C = c.dim, NH = c.n_head, NKV = c.n_kv_head, hd = c.head_dim, F = c.ffn_dim;
+    const Scratch &s = cs->s;
+    cudaStream_t st = cs->stream;
+    gpu_embed(cm->emb, cm->emb_bf16, s.tok, M, C, s.x, st);
+    for (int64_t li = 0; li < c.n_layer; li++) {
+        const GpuLayer &L = cm->layers[(size_t)li];
+        gpu_rms_norm(s.x, L.attn_norm, M, C, c.norm_eps, s.hn, st);
+        const GpuQAct xq{s.xq, s.xd};
+        if (quantized(L.wq)) gpu_quantize(s.hn, M, C, xq, st); /* once for q, k and v */
+        gpu_matmul(L.wq, s.hn, xq, M, s.q, st);
+        gpu_matmul(L.wk, s.hn, xq, M, s.k, st);
+        gpu_matmul(L.wv, s.hn, xq, M, s.v, st);
+        gpu_rope_cache(s.q, s.k, s.v, cm->cos_t, cm->sin_t, s.seq, s.pos, M, NH, NKV, hd,
+                       cs->kv[(size_t)li], st);
+        gpu_attention(s.q, s.seq, s.pos, M, NH, NKV, hd, max_pos, cs->kv[(size_t)li], s.att, st);
+        linear(L.wo, s.att, s, M, s.a, st);
+        gpu_add(s.x, s.a, M * C, s.h, st);
+        gpu_rms_norm(s.h, L.ffn_norm, M, C, c.norm_eps, s.hn, st);
+        if (c.has_moe) {
+            if (!moe_ffn_gpu(m, cs, li, M, err)) return false;
+        } else {
+            if (quantized(L.w1)) gpu_quantize(s.hn, M, C, xq, st); /* once for w1 and w3 */
+            gpu_matmul(L.w1, s.hn, xq, M, s.g, st);
+            gpu_matmul(L.w3, s.hn, xq, M, s.u, st);
+            gpu_silu_mul(s.g, s.u, M * F, st);
+            linear(L.w2, s.g, s, M, s.f, st);
+        }
+        gpu_add(s.h, s.f, M * C, s.x, st);
+    }
+    gpu_gather_rows(s.x, s.out_rows, R, C, s.xs, st);
+    gpu_rms_norm(s.xs, cm->norm, R, C, c.norm_eps, s.hs, st);
+    linear(cm->output, s.hs, s, R, s.logits, st);
+    return true;
+}
+
+}  // namespace
+
+bool cuda_session_init(ats_session *sess, CudaSession **out, std::string *err) {
+    const char *env = getenv("ATS_CUDA_GRAPHS");
+    const std::string graphs = env ? env : "1";
+    if (graphs != "0" && graphs != "1") {
+        *err = "ATS_CUDA_GRAPHS must be 0 or 1, got '" + graphs + "'";
+        return false;
+    }
+    const Config &c = sess->model->cfg;
+    const int64_t hd = c.head_dim, KV = c.n_kv_head * hd;
+    if (sess->max_len > gpu_attention_max_keys(hd)) {
+        *err = "device 'cuda': a session of max_len " + std::to_string(sess->max_len) +
+               " exceeds the GPU attention kernel's " + std::to_string(gpu_attention_max_keys(hd)) +
+               " key slots";
+        return false;
+    }
+    std::unique_ptr<CudaSession> cs(new CudaSession());
+    cs->graphs = graphs == "1";
+    CUDA_TRY(cudaStreamCreateWithFlags(&cs->stream, cudaStreamNonBlocking), "stream");
+    const size_t slots = (size_t)sess->n_seq * (size_t)sess->max_len;
+    cs->kv.resize((size_t)c.n_layer);
+    for (GpuKV &kv : cs->kv) {
+        kv.max_len = sess->max_len;
+        if (!alloc(&cs->cache_allocs, slots * KV * sizeof(float), &kv.k, err) ||
+            !alloc(&cs->cache_allocs, slots * KV * sizeof(float), &kv.v, err) ||
+            !alloc(&cs->cache_allocs, slots, &kv.valid, err)) {
+            *err += " (KV cache of " + std::to_string(sess->n_seq) + " x " +
+                    std::to_string(sess->max_len) + " tokens)";
+            return false;
+        }
+        CUDA_TRY(cudaMemsetAsync(kv.valid, 0, slots, cs->stream), "KV cache init");
+    }
+    CUDA_TRY(cudaStreamSynchronize(cs->stream), "KV cache init");
+    *out = cs.release();
+    return true;
+}
+
+void cuda_session_free(CudaSession *cs) { delete cs; }
+
+void cuda_session_reset(ats_session *sess, int32_t b) {
+    CudaSession *cs = sess->cuda;
+    for (GpuKV &kv : cs->kv) gpu_clear_valid(kv.valid, b, kv.max_len, cs->stream);
+}
+
+bool cuda_session_forward(ats_session *sess, const int32_t *const *ids, const int32_t *n_new,
+                          float *last_logits, float *all_logits, std::string *err) {
+    const ats_model *m = sess->model;
+    CudaSession *cs = sess->cuda;
+    const int64_t V = m->cfg.vocab_size;
+    std::vector<int32_t> seq, pos, tok, out_rows;
+    int64_t max_pos = 0;
+    for (int32_t b = 0; b < sess->n_seq; b++) {
+        for (int32_t t = 0; t < n_new[b]; t++) {
+            seq.push_back(b);
+            pos.push_back(sess->length[(size_t)b] + t);
+            tok.push_back(ids[b][t]);
+            max_pos = std::max<int64_t>(max_pos, pos.back());
+        }
+    }
+    const int64_t M = (int64_t)tok.size();
+    if (M == 0) return true;
+    for (int64_t r = 0; r < M; r++) {
+        if (all_logits || r + 1 == M || seq[(size_t)(r + 1)] != seq[(size_t)r]) {
+            out_rows.push_back((int32_t)r);
+        }
+    }
+    const int64_t R = (int64_t)out_rows.size();
+    if (!scratch_reserve(cs, m->cfg, M, R, err)) return false;
+    const Scratch &s = cs->s;
+    cudaStream_t st = cs->stream;
+    CUDA_TRY(cudaMemcpyAsync(s.tok, tok.data(), M * 4, cudaMemcpyHostToDevice, st), "upload");
+    CUDA_TRY(cudaMemcpyAsync(s.seq, seq.data(), M * 4, cudaMemcpyHostToDevice, st), "upload");
+    CUDA_TRY(cudaMemcpyAsync(s.pos, pos.data(), M * 4, cudaMemcpyHostToDevice, st), "upload");
+    CUDA_TRY(cudaMemcpyAsync(s.out_rows, out_rows.data(), R * 4, cudaMemcpyHostToDevice, st),
+             "upload");
+    const bool decode = R == M && !all_logits;
+    if (decode && cs->graphs && !m->cfg.has_moe) {
+        auto it = cs->decode.find(M);
+        if (it == cs->decode.end()) {
+            cudaGraph_t graph;
+            CUDA_TRY(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), "graph capture");
+            const bool ok = run_kernels(m, cs, M, R, sess->max_len - 1, err);
+            CUDA_TRY(cudaStreamEndCapture(st, &graph), "graph capture");
+            if (!ok) {
+                cudaGraphDestroy(graph);
+                return false;
+            }
+            cudaGraphExec_t exec;
+            cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+            cudaGraphDestroy(graph);
+            CUDA_TRY(e, "graph instantiation");
+            it = cs->decode.emplace(M, exec).first;
+        }
+        CUDA_TRY(cudaGraphLaunch(it->second, st), "graph launch");
+    } else if (!run_kernels(m, cs, M, R, max_pos, err)) {
+        return false;
+    }
+    CUDA_TRY(cudaGetLastError(), "kernel launch");
+    std::vector<float> tmp;
+    float *dst = all_logits;
+    if (!dst) {
+        tmp.resize((size_t)(R * V));
+        dst = tmp.data();
+    }
+    CUDA_TRY(cudaMemcpyAsync(dst, s.logits, (size_t)(R * V) * sizeof(float),
+                             cudaMemcpyDeviceToHost, st),
+             "logits download");
+    CUDA_TRY(cudaStreamSynchronize(st), "forward pass");
+    for (int32_t b = 0; b < sess->n_seq; b++) sess->length[(size_t)b] += n_new[b];
+    if (last_logits) {
+        for (int64_t i = 0; i < R; i++) {
+            const int64_t r = out_rows[(size_t)i];
+            if (r + 1 == M || seq[(size_t)(r + 1)] != seq[(size_t)r]) {
+                memcpy(last_logits + (int64_t)seq[(size_t)r] * V, dst + i * V,
+                       (size_t)V * sizeof(float));
+            }
+        }
+    }
+    return true;
+}
+
+}  // namespace ats
