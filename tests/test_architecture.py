@@ -273,12 +273,7 @@ def orchestrator_writes(path: Path) -> list[str]:
 
 
 def test_the_orchestrator_changes_a_run_only_by_records(tmp_path: Path) -> None:
-    # resume.py writes a copy of the config before the run is built (the checkpoint's settings)
-    sources = [
-        path
-        for path in _sources("packages/ats-train/src/ats_train/orchestrator/**/*.py")
-        if path.name != "resume.py"
-    ]
+    sources = _sources("packages/ats-train/src/ats_train/orchestrator/**/*.py")
     problems = [f"{p.relative_to(ROOT)} {w}" for p in sources for w in orchestrator_writes(p)]
     assert not problems, "\n".join(problems)
     control = tmp_path / "kind.py"
