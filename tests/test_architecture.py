@@ -1,4 +1,4 @@
-"""Architecture rules of ../shared/ARCHITECTURE.md section 2, checked on the source: the dependency
+"""Architecture rules of docs/ARCHITECTURE.md section 2, checked on the source: the dependency
 direction between packages is never reversed, ats-model stays single-device math, ats-infer
 installs without the training side."""
 
