@@ -46,34 +46,34 @@ CONFIGS: dict[str, tuple[str | int, dict[str, object]]] = {
     "single_per_gpu": (1, {"parallel.backend": "single"}),  # train.batch_size = one rank's share
     "ddp": ("gpus", {"parallel.backend": "ddp"}),
     "fsdp2": ("gpus", {"parallel.backend": "fsdp2"}),
-    "fsdp2_one_unit": ("gpus", {"parallel.backend": "fsdp2", "parallel.fsdp_unit_blocks": 0}),
+    "fsdp2_one_unit": ("gpus", {"parallel.backend": "fsdp2", "parallel.fsdp2.unit_blocks": 0}),
     # between one unit (no overlap of the all-gather / reduce-scatter) and one per block (the
     # most overlap, the most host time per step): units of 6 and of 3 blocks
-    "fsdp2_6blocks": ("gpus", {"parallel.backend": "fsdp2", "parallel.fsdp_unit_blocks": 6}),
-    "fsdp2_3blocks": ("gpus", {"parallel.backend": "fsdp2", "parallel.fsdp_unit_blocks": 3}),
+    "fsdp2_6blocks": ("gpus", {"parallel.backend": "fsdp2", "parallel.fsdp2.unit_blocks": 6}),
+    "fsdp2_3blocks": ("gpus", {"parallel.backend": "fsdp2", "parallel.fsdp2.unit_blocks": 3}),
     # one unit per block, none resharded after forward: no second all-gather in backward
     "fsdp2_no_reshard": (
         "gpus",
-        {"parallel.backend": "fsdp2", "parallel.fsdp_reshard_after_forward": False},
+        {"parallel.backend": "fsdp2", "parallel.fsdp2.reshard_after_forward": False},
     ),
-    "zero1": ("gpus", {"parallel.backend": "deepspeed", "parallel.zero_stage": 1}),
-    "zero2": ("gpus", {"parallel.backend": "deepspeed", "parallel.zero_stage": 2}),
-    "zero3": ("gpus", {"parallel.backend": "deepspeed", "parallel.zero_stage": 3}),
+    "zero1": ("gpus", {"parallel.backend": "deepspeed", "parallel.deepspeed.zero_stage": 1}),
+    "zero2": ("gpus", {"parallel.backend": "deepspeed", "parallel.deepspeed.zero_stage": 2}),
+    "zero3": ("gpus", {"parallel.backend": "deepspeed", "parallel.deepspeed.zero_stage": 3}),
     "zero3_offload_cpu": (
         "gpus",
         {
             "parallel.backend": "deepspeed",
-            "parallel.zero_stage": 3,
-            "parallel.offload_optimizer": "cpu",
+            "parallel.deepspeed.zero_stage": 3,
+            "parallel.deepspeed.offload_optimizer": "cpu",
         },
     ),
     "zero3_offload_nvme": (
         "gpus",
         {
             "parallel.backend": "deepspeed",
-            "parallel.zero_stage": 3,
-            "parallel.offload_optimizer": "nvme",
-            "parallel.offload_param": "nvme",
+            "parallel.deepspeed.zero_stage": 3,
+            "parallel.deepspeed.offload_optimizer": "nvme",
+            "parallel.deepspeed.offload_param": "nvme",
         },
     ),
 }
@@ -129,7 +129,7 @@ def overrides_for(
     if args.vocab_size:
         values["model.vocab_size"] = args.vocab_size
     if "nvme" in name:
-        values["parallel.nvme_path"] = nvme
+        values["parallel.deepspeed.nvme_path"] = nvme
     return [f"{k}={v}" for k, v in values.items()] + args.set
 
 

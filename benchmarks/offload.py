@@ -152,9 +152,10 @@ def ds_config(run: str, nvme_path: Path | None, ratio: float) -> dict[str, objec
         # the fp32 gradients of one sub-group at a time sit on the GPU: 1e8 elements, 0.4 GB
         zero["sub_group_size"] = 100_000_000
     if run.startswith("param_nvme"):
-        # what ats-train generates for parallel.offload_param = "nvme" (backends/deepspeed_config.py
-        # says why each key): every parameter on disk, reuse and NVMe prefetch off (each crashes
-        # DeepSpeed 0.19's swapper), PARAM_SWAP_BUFFERS buffers of the largest parameter
+        # what ats-train generates for parallel.deepspeed.offload_param = "nvme"
+        # (backends/deepspeed_config.py says why each key): every parameter on disk, reuse and NVMe
+        # prefetch off (each crashes DeepSpeed 0.19's swapper), PARAM_SWAP_BUFFERS buffers of the
+        # largest parameter
         zero["offload_param"] = {
             "device": "nvme",
             "nvme_path": str(nvme_path),
@@ -262,7 +263,7 @@ def launch(run: str, args: argparse.Namespace, data_dir: Path) -> dict[str, obje
         "model.preset": args.preset,
         "model.vocab_size": VOCAB_SIZE,
         "parallel.backend": "deepspeed",
-        "parallel.deepspeed_config": config_path,
+        "parallel.deepspeed.config": config_path,
         "train.steps": args.steps,
         "train.batch_size": 1,
         "train.micro_batch_size": 1,

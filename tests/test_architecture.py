@@ -1,4 +1,4 @@
-"""Architecture rules of ../shared/ARCHITECTURE.md section 2, checked on the source: the dependency
+"""Architecture rules of docs/ARCHITECTURE.md section 2, checked on the source: the dependency
 direction between packages is never reversed, ats-model stays single-device math, ats-infer
 installs without the training side."""
 
@@ -330,12 +330,7 @@ def orchestrator_writes(path: Path) -> list[str]:
 
 
 def test_the_orchestrator_changes_a_run_only_by_records(tmp_path: Path) -> None:
-    # resume.py writes a copy of the config before the run is built (the checkpoint's settings)
-    sources = [
-        path
-        for path in _sources("packages/ats-train/src/ats_train/orchestrator/**/*.py")
-        if path.name != "resume.py"
-    ]
+    sources = _sources("packages/ats-train/src/ats_train/orchestrator/**/*.py")
     problems = [f"{p.relative_to(ROOT)} {w}" for p in sources for w in orchestrator_writes(p)]
     assert not problems, "\n".join(problems)
     control = tmp_path / "kind.py"

@@ -130,15 +130,34 @@ def test_unknown_key_in_a_file_suggests_the_nearest(tmp_path: Path) -> None:
         (["train.batch_size=6", "train.micro_batch_size=4"], "not a multiple"),
         (["optim.schedule=linear"], "optim.schedule = 'linear' is not one of cosine, wsd"),
         (["parallel.backend=nccl"], "parallel.backend = 'nccl' is not one of single, ddp, fsdp2"),
-        (["parallel.cpu_offload=true"], "parallel.cpu_offload = true needs parallel.backend = "),
-        (["parallel.fsdp_unit_blocks=4"], "parallel.fsdp_unit_blocks = 4 needs parallel.backend"),
         (
-            ["parallel.backend=ddp", "parallel.fsdp_reshard_after_forward=false"],
-            "parallel.fsdp_reshard_after_forward = false needs parallel.backend = 'fsdp2', not 'ddp'",
+            ["parallel.fsdp2.cpu_offload=true"],
+            "parallel.fsdp2.cpu_offload = true needs parallel.backend = 'fsdp2', not 'single'",
         ),
         (
-            ["parallel.backend=fsdp2", "parallel.fsdp_unit_blocks=-1"],
-            "parallel.fsdp_unit_blocks = -1 must be >= 0",
+            ["parallel.backend=ddp", "parallel.fsdp2.reshard_after_forward=false"],
+            "parallel.fsdp2.reshard_after_forward = false needs parallel.backend = 'fsdp2', "
+            "not 'ddp'",
+        ),
+        (
+            ["parallel.backend=fsdp2", "parallel.fsdp2.unit_blocks=-1"],
+            "parallel.fsdp2.unit_blocks = -1 must be >= 0",
+        ),
+        (
+            ["parallel.backend=deepspeed", "parallel.deepspeed.zero_stage=4"],
+            "parallel.deepspeed.zero_stage = 4 is not one of 1, 2, 3",
+        ),
+        (
+            ["parallel.backend=deepspeed", "parallel.deepspeed.zero_stage=two"],
+            "parallel.deepspeed.zero_stage = 'two' is not a valid int",
+        ),
+        (
+            ["parallel.backend=deepspeed", "parallel.deepspeed.offload_param=cpu"],
+            "parallel.deepspeed.offload_param = 'cpu' needs parallel.deepspeed.zero_stage = 3",
+        ),
+        (
+            ["parallel.backend=colossalai", "parallel.colossalai.plugin=gemini"],
+            "parallel.colossalai.plugin = 'gemini' is not one of low_level_zero$",
         ),
         (["train.steps"], "not of the form key=value"),
         # no float knob means anything at inf or nan: refused when the config is read, not at
@@ -205,8 +224,10 @@ def test_top1_routing_must_keep_the_probability_as_its_weight() -> None:
     switch = build_config({"model.preset": "tiny-moe", "model.moe.top_k": 1})
     with pytest.raises(ConfigError, match="model.moe.top_k = 1 with model.moe.norm_topk = true"):
         build_model_config(switch.model, 320, 32)
-    switch.model.overrides["moe.norm_topk"] = False
-    assert build_model_config(switch.model, 320, 32).moe.norm_topk is False
+    weighted = build_config(
+        {"model.preset": "tiny-moe", "model.moe.top_k": 1, "model.moe.norm_topk": False}
+    )
+    assert build_model_config(weighted.model, 320, 32).moe.norm_topk is False
 
 
 @pytest.mark.parametrize(

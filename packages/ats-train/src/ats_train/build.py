@@ -3,6 +3,7 @@ checkpoint's state loaded; nothing in the run dir changes before every check pas
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import torch
@@ -53,10 +54,11 @@ def write_resolved_config(run_dir: Path, config: TrainConfig, resume_step: int |
     path.write_text(text)
 
 
-def size_run(config: TrainConfig, model_config: ModelConfig) -> None:
-    """train.steps from [plan] (steps_from = tokens_per_param | flops); config: unchanged."""
+def size_run(config: TrainConfig, model_config: ModelConfig) -> TrainConfig:
+    """`config` with train.steps from [plan] (steps_from = tokens_per_param | flops; config: as
+    given)."""
     train, plan = config.train, config.plan
-    train.steps = run_steps(
+    steps = run_steps(
         plan.steps_from,
         train.steps,
         tokens_per_param=plan.tokens_per_param,
@@ -66,6 +68,7 @@ def size_run(config: TrainConfig, model_config: ModelConfig) -> None:
         batch_size=train.batch_size,
         seq_len=train.seq_len,
     )
+    return dataclasses.replace(config, train=dataclasses.replace(train, steps=steps))
 
 
 def build_trainer(config: TrainConfig, run_dir: Path) -> Trainer:
@@ -77,7 +80,7 @@ def build_trainer(config: TrainConfig, run_dir: Path) -> Trainer:
     backend = build_backend(config.parallel, device, precision, config=config)
     lock = RunLock.acquire(run_dir) if backend.is_main else None
     try:
-        trainer, resume_from = _build(config, run_dir, backend, precision)
+        trainer, resume_from, config = _build(config, run_dir, backend, precision)
         trainer.run_lock = lock
         # every check passed: from here on the run dir changes
         resume_step = checkpoint_step(resume_from) if resume_from is not None else None
@@ -95,11 +98,12 @@ def build_trainer(config: TrainConfig, run_dir: Path) -> Trainer:
 
 def _build(
     config: TrainConfig, run_dir: Path, backend: Backend, precision: Precision
-) -> tuple[Trainer, Path | None]:
-    """build_trainer's components and resume, with nothing written: (trainer, checkpoint)."""
+) -> tuple[Trainer, Path | None, TrainConfig]:
+    """build_trainer's components and resume, with nothing written: (trainer, checkpoint, the
+    config with the run's length resolved, as config.toml records it)."""
     train = config.train
     data = build_data(config.data)
-    size_run(config, build_model_config(config.model, data.vocab_size, train.seq_len))
+    config = size_run(config, build_model_config(config.model, data.vocab_size, train.seq_len))
     resume_from = latest_checkpoint(run_dir)
     # config.toml keeps what the user asked for; the run continues with the orchestrator's changes
     run_config = with_saved_settings(config, resume_from)
@@ -107,7 +111,7 @@ def _build(
     if resume_from is not None:
         check_same_model(read_config(resume_from), model_config, resume_from)
         check_resumable(resume_from, backend)
-    config, train = run_config, run_config.train
+    sized, config, train = config, run_config, run_config.train
     batch = BatchGeometry.of(train.batch_size, backend.world_size, train.micro_batch_size)
     check_cuda_graphs(config, model_config, backend.device, batch)
     resume_step = checkpoint_step(resume_from) if resume_from is not None else None
@@ -180,4 +184,4 @@ def _build(
     )
     if resume_from is not None:
         trainer.load(resume_from)
-    return trainer, resume_from
+    return trainer, resume_from, sized

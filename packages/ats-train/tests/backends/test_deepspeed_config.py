@@ -21,7 +21,7 @@ from ats_train.backends.deepspeed_config import (
     offload_device,
     offload_ratio,
 )
-from ats_train.config import ConfigError, ParallelSection, load_config
+from ats_train.config import ConfigError, DeepSpeedSettings, ParallelSection, load_config
 from ats_train.precision import build_precision
 from torch import nn
 
@@ -33,10 +33,10 @@ def _config(*overrides: str):  # noqa: ANN202
 
 def test_generated_config_follows_train_optim_and_parallel(tmp_path: Path) -> None:
     config = _config(
-        "parallel.zero_stage=3",
-        "parallel.offload_optimizer=nvme",
-        "parallel.offload_param=cpu",
-        f"parallel.nvme_path={tmp_path}",
+        "parallel.deepspeed.zero_stage=3",
+        "parallel.deepspeed.offload_optimizer=nvme",
+        "parallel.deepspeed.offload_param=cpu",
+        f"parallel.deepspeed.nvme_path={tmp_path}",
         "train.precision=bf16",
         "optim.grad_clip=0.5",
     )
@@ -68,13 +68,14 @@ def test_generated_config_fp16_uses_gradscaler_constants_and_no_offload() -> Non
 
 
 def test_generated_config_splits_the_optimizer_and_unpins_on_request() -> None:
-    """parallel.offload_optimizer_ratio becomes DeepSpeed's offload_optimizer.ratio (partial
-    offload); parallel.offload_pin_memory = false turns the pinned host buffers off."""
+    """parallel.deepspeed.offload_optimizer_ratio becomes DeepSpeed's offload_optimizer.ratio
+    (partial offload); parallel.deepspeed.offload_pin_memory = false turns the pinned host buffers
+    off."""
     config = _config(
-        "parallel.zero_stage=3",
-        "parallel.offload_optimizer=cpu",
-        "parallel.offload_optimizer_ratio=0.4",
-        "parallel.offload_pin_memory=false",
+        "parallel.deepspeed.zero_stage=3",
+        "parallel.deepspeed.offload_optimizer=cpu",
+        "parallel.deepspeed.offload_optimizer_ratio=0.4",
+        "parallel.deepspeed.offload_pin_memory=false",
     )
     ds = generate(config, world_size=1, device_type="cuda")
     assert ds["zero_optimization"]["offload_optimizer"] == {
@@ -83,7 +84,11 @@ def test_generated_config_splits_the_optimizer_and_unpins_on_request() -> None:
         "ratio": 0.4,
     }
     assert offload_ratio(ds) == 0.4
-    whole = generate(_config("parallel.zero_stage=3", "parallel.offload_optimizer=cpu"), 1, "cuda")
+    whole = generate(
+        _config("parallel.deepspeed.zero_stage=3", "parallel.deepspeed.offload_optimizer=cpu"),
+        1,
+        "cuda",
+    )
     assert whole["zero_optimization"]["offload_optimizer"] == {"device": "cpu", "pin_memory": True}
     assert offload_ratio(whole) == 1.0
 
@@ -93,10 +98,10 @@ def test_generated_nvme_parameter_offload_puts_every_parameter_on_disk(tmp_path:
     NVMe prefetch off (each crashes its parameter swapper), and swap buffers that fit the largest
     partition (ceil(numel / world_size)) once the model is known."""
     config = _config(
-        "parallel.zero_stage=3",
-        "parallel.offload_optimizer=cpu",
-        "parallel.offload_param=nvme",
-        f"parallel.nvme_path={tmp_path}",
+        "parallel.deepspeed.zero_stage=3",
+        "parallel.deepspeed.offload_optimizer=cpu",
+        "parallel.deepspeed.offload_param=nvme",
+        f"parallel.deepspeed.nvme_path={tmp_path}",
     )
     ds = generate(config, world_size=2, device_type="cuda")
     zero = ds["zero_optimization"]
@@ -113,7 +118,11 @@ def test_generated_nvme_parameter_offload_puts_every_parameter_on_disk(tmp_path:
     assert zero["offload_param"]["buffer_size"] == 4004
     fit_param_swap_buffers(ds, model, world_size=3)
     assert zero["offload_param"]["buffer_size"] == 2670  # ceil(8008 / 3)
-    cpu = generate(_config("parallel.zero_stage=3", "parallel.offload_param=cpu"), 1, "cuda")
+    cpu = generate(
+        _config("parallel.deepspeed.zero_stage=3", "parallel.deepspeed.offload_param=cpu"),
+        1,
+        "cuda",
+    )
     assert "stage3_max_reuse_distance" not in cpu["zero_optimization"]
 
 
@@ -183,7 +192,7 @@ def test_user_json_is_used_and_auto_batch_keys_take_ours(tmp_path: Path) -> None
         "train_micro_batch_size_per_gpu": 2,
         "zero_optimization": {"stage": 2, "overlap_comm": True},
     }
-    config = _config(f"parallel.deepspeed_config={_write(tmp_path, user)}")
+    config = _config(f"parallel.deepspeed.config={_write(tmp_path, user)}")
     ds = build_ds_config(config, world_size=2, device_type="cpu")
     assert ds["train_batch_size"] == 8
     assert ds["gradient_accumulation_steps"] == 2
@@ -232,24 +241,23 @@ def test_user_json_missing_or_malformed(tmp_path: Path) -> None:
     [
         (
             {"zero_stage": 2, "offload_param": "cpu"},
-            "parallel.offload_param = 'cpu' needs parallel.zero_stage = 3 .* not 2",
+            "parallel.deepspeed.offload_param = 'cpu' needs parallel.deepspeed.zero_stage = 3 "
+            ".* not 2",
         ),
-        ({"zero_stage": 4}, "parallel.zero_stage = 4 is not 1, 2 or 3"),
-        ({"offload_optimizer": "disk"}, "parallel.offload_optimizer = 'disk' is not one of"),
-        ({"offload_optimizer": "nvme"}, "'nvme' needs parallel.nvme_path"),
+        ({"zero_stage": 4}, "parallel.deepspeed.zero_stage = 4 is not one of 1, 2, 3"),
         (
-            {"backend": "ddp", "offload_optimizer": "cpu"},
-            "offload_optimizer = 'cpu' needs parallel.backend = 'deepspeed', not 'ddp'",
+            {"offload_optimizer": "disk"},
+            "parallel.deepspeed.offload_optimizer = 'disk' is not one of",
         ),
-        ({"backend": "fsdp2", "deepspeed_config": "x.json"}, "deepspeed_config needs"),
+        ({"offload_optimizer": "nvme"}, "'nvme' needs parallel.deepspeed.nvme_path"),
         (
             {"zero_stage": 3, "offload_optimizer": "cpu", "offload_optimizer_ratio": 0.0},
-            r"parallel.offload_optimizer_ratio = 0.0 must be in \(0, 1\]",
+            r"parallel.deepspeed.offload_optimizer_ratio = 0.0 must be in \(0, 1\]",
         ),
         (
             {"zero_stage": 2, "offload_optimizer": "cpu", "offload_optimizer_ratio": 0.5},
-            "offload_optimizer_ratio = 0.5 needs parallel.offload_optimizer = 'cpu' and "
-            "parallel.zero_stage = 3 .* not 'cpu' and 2",
+            "offload_optimizer_ratio = 0.5 needs parallel.deepspeed.offload_optimizer = 'cpu' and "
+            "parallel.deepspeed.zero_stage = 3 .* not 'cpu' and 2",
         ),
         (
             {"zero_stage": 3, "offload_optimizer_ratio": 0.5},
@@ -257,42 +265,57 @@ def test_user_json_missing_or_malformed(tmp_path: Path) -> None:
         ),
     ],
 )
-def test_parallel_section_refuses_inconsistent_keys(fields: dict, message: str) -> None:
+def test_deepspeed_settings_refuse_inconsistent_keys(fields: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        ParallelSection(**{"backend": "deepspeed", **fields})
+        DeepSpeedSettings(**fields)
+
+
+@pytest.mark.parametrize(
+    ("backend", "fields", "message"),
+    [
+        ("ddp", {"offload_optimizer": "cpu"}, "= 'cpu' needs parallel.backend = 'deepspeed', not"),
+        ("fsdp2", {"config": "x.json"}, "parallel.deepspeed.config = 'x.json' needs"),
+    ],
+)
+def test_deepspeed_settings_need_the_deepspeed_backend(
+    backend: str, fields: dict, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        ParallelSection(backend, deepspeed=DeepSpeedSettings(**fields))
 
 
 def test_nvme_path_missing_is_refused_before_any_rank_starts(tmp_path: Path) -> None:
     """build_backend checks the path first: no torchrun environment is needed to see the error."""
-    config = _config("parallel.offload_optimizer=nvme", f"parallel.nvme_path={tmp_path / 'no'}")
+    config = _config(
+        "parallel.deepspeed.offload_optimizer=nvme",
+        f"parallel.deepspeed.nvme_path={tmp_path / 'no'}",
+    )
     cpu = torch.device("cpu")
-    with pytest.raises(ConfigError, match=r"parallel.nvme_path = '.*/no' is not a directory"):
+    with pytest.raises(
+        ConfigError, match=r"parallel.deepspeed.nvme_path = '.*/no' is not a directory"
+    ):
         build_backend(config.parallel, cpu, build_precision("fp32", cpu), config=config)
     (tmp_path / "file").write_text("")
     with pytest.raises(ConfigError, match="is not a directory"):
         check_nvme_paths(
-            ParallelSection(
-                "deepspeed", offload_param="nvme", zero_stage=3, nvme_path=str(tmp_path / "file")
-            )
+            DeepSpeedSettings(offload_param="nvme", zero_stage=3, nvme_path=str(tmp_path / "file"))
         )
-    check_nvme_paths(
-        ParallelSection("deepspeed", offload_param="nvme", zero_stage=3, nvme_path=str(tmp_path))
-    )
+    check_nvme_paths(DeepSpeedSettings(offload_param="nvme", zero_stage=3, nvme_path=str(tmp_path)))
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="/proc is Linux's read-only directory")
 def test_nvme_path_not_writable_is_refused() -> None:
     """/proc refuses new files even for root (for whom permission bits would not)."""
-    parallel = ParallelSection("deepspeed", offload_optimizer="nvme", nvme_path="/proc")
-    with pytest.raises(ConfigError, match="parallel.nvme_path = '/proc' is not writable"):
-        check_nvme_paths(parallel)
+    settings = DeepSpeedSettings(offload_optimizer="nvme", nvme_path="/proc")
+    with pytest.raises(ConfigError, match="parallel.deepspeed.nvme_path = '/proc' is not writable"):
+        check_nvme_paths(settings)
 
 
 def test_partial_offload_with_deepspeeds_sharded_checkpoint_is_refused(tmp_path: Path) -> None:
     """DeepSpeed's own checkpoint would leave out the GPU part's optimizer state: refused before
     any rank starts, from parallel.* and from the user's JSON alike."""
-    partial = ["parallel.zero_stage=3", "parallel.offload_optimizer=cpu"]
-    partial.append("parallel.offload_optimizer_ratio=0.5")
+    partial = ["parallel.deepspeed.zero_stage=3", "parallel.deepspeed.offload_optimizer=cpu"]
+    partial.append("parallel.deepspeed.offload_optimizer_ratio=0.5")
     config = _config(*partial, "checkpoint.format=sharded")
     cpu = torch.device("cpu")
     message = "checkpoint.format = 'sharded' with an optimizer offload ratio of 0.5"
@@ -300,7 +323,7 @@ def test_partial_offload_with_deepspeeds_sharded_checkpoint_is_refused(tmp_path:
         build_backend(config.parallel, cpu, build_precision("fp32", cpu), config=config)
     check_partial_offload(_config(*partial))  # the full format gathers both parts
     zero = {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0.25}}
-    user = f"parallel.deepspeed_config={_write(tmp_path, {'zero_optimization': zero})}"
+    user = f"parallel.deepspeed.config={_write(tmp_path, {'zero_optimization': zero})}"
     with pytest.raises(ConfigError, match="offload ratio of 0.25"):
         check_partial_offload(_config(user, "checkpoint.format=sharded"))
 
@@ -320,7 +343,7 @@ def test_partial_offload_in_the_user_json_needs_zero3_cpu(
 ) -> None:
     """Stage 1/2 would ignore the ratio silently, and NVMe swaps sub-groups by size whatever the
     split: both refused, naming the file, the keys and what they hold."""
-    user = f"parallel.deepspeed_config={_write(tmp_path, {'zero_optimization': zero})}"
+    user = f"parallel.deepspeed.config={_write(tmp_path, {'zero_optimization': zero})}"
     with pytest.raises(ConfigError, match=rf"ds.json: .*ratio = 0.5 needs .* not {found}"):
         check_partial_offload(_config(user))
 
@@ -328,22 +351,24 @@ def test_partial_offload_in_the_user_json_needs_zero3_cpu(
 def test_partial_offload_with_parameters_on_nvme_is_refused(tmp_path: Path) -> None:
     """DeepSpeed would give the GPU's optimizer sub-groups host fp32 masters beside GPU gradients
     when their parameters are on disk: refused from parallel.* and from the user's JSON."""
-    with pytest.raises(ConfigError, match="ratio = 0.5 with parallel.offload_param = 'nvme'"):
+    with pytest.raises(
+        ConfigError, match="ratio = 0.5 with parallel.deepspeed.offload_param = 'nvme'"
+    ):
         _config(
-            "parallel.zero_stage=3",
-            "parallel.offload_optimizer=cpu",
-            "parallel.offload_optimizer_ratio=0.5",
-            "parallel.offload_param=nvme",
-            f"parallel.nvme_path={tmp_path}",
+            "parallel.deepspeed.zero_stage=3",
+            "parallel.deepspeed.offload_optimizer=cpu",
+            "parallel.deepspeed.offload_optimizer_ratio=0.5",
+            "parallel.deepspeed.offload_param=nvme",
+            f"parallel.deepspeed.nvme_path={tmp_path}",
         )
     nvme = {"device": "nvme", "nvme_path": str(tmp_path)}
     zero = {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0.5}, "offload_param": nvme}
-    user = f"parallel.deepspeed_config={_write(tmp_path, {'zero_optimization': zero})}"
+    user = f"parallel.deepspeed.config={_write(tmp_path, {'zero_optimization': zero})}"
     with pytest.raises(ConfigError, match=r"ds.json: .*ratio = 0.5 with offload_param.device"):
         check_partial_offload(_config(user))
     zero["offload_param"] = {"device": "cpu"}  # parameters in host RAM: the split works
     check_partial_offload(
-        _config(f"parallel.deepspeed_config={_write(tmp_path, {'zero_optimization': zero})}")
+        _config(f"parallel.deepspeed.config={_write(tmp_path, {'zero_optimization': zero})}")
     )
 
 
@@ -358,14 +383,10 @@ def test_missing_deepspeed_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> N
 def test_nvme_path_in_the_user_json_is_checked_too(tmp_path: Path) -> None:
     zero = {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/no/such/dir"}}
     path = _write(tmp_path, {"zero_optimization": zero})
-    parallel = ParallelSection("deepspeed", deepspeed_config=str(path))
+    settings = DeepSpeedSettings(config=str(path))
     with pytest.raises(
         ConfigError, match="zero_optimization.offload_optimizer.nvme_path = '/no/such/dir' is not"
     ):
-        check_nvme_paths(parallel)
+        check_nvme_paths(settings)
     zero["offload_optimizer"]["nvme_path"] = str(tmp_path)
-    check_nvme_paths(
-        ParallelSection(
-            "deepspeed", deepspeed_config=str(_write(tmp_path, {"zero_optimization": zero}))
-        )
-    )
+    check_nvme_paths(DeepSpeedSettings(config=str(_write(tmp_path, {"zero_optimization": zero}))))

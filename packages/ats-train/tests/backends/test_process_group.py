@@ -9,7 +9,7 @@ import pytest
 import torch
 from ats_train.backends import build_backend
 from ats_train.backends.process_group import TORCHRUN_ENV
-from ats_train.config import ConfigError, ParallelSection
+from ats_train.config import ConfigError, FSDP2Settings, ParallelSection
 from ats_train.precision import build_precision
 
 
@@ -38,8 +38,8 @@ def test_cli_without_torchrun_exits_2_with_one_line(overrides, tmp_path) -> None
 
 def test_fsdp2_cpu_offload_on_cpu_is_refused() -> None:
     cpu = torch.device("cpu")
-    parallel = ParallelSection(backend="fsdp2", cpu_offload=True)
+    parallel = ParallelSection(backend="fsdp2", fsdp2=FSDP2Settings(cpu_offload=True))
     with pytest.raises(
-        ConfigError, match="parallel.cpu_offload = true needs train.device = 'cuda'"
+        ConfigError, match="parallel.fsdp2.cpu_offload = true needs train.device = 'cuda'"
     ):
         build_backend(parallel, cpu, build_precision("fp32", cpu))

@@ -2,7 +2,7 @@
 unsharded (a forward without its backward leaves the root's unit gathered) must raise, not update
 nothing. Rank 0 writes OUT_JSON: {"error": message or null, "unsharded_after_forward": the names
 of the parameters that are plain tensors (gathered) after that forward}.
-argv: OUT_JSON RESHARD (parallel.fsdp_reshard_after_forward: true or false)
+argv: OUT_JSON RESHARD (parallel.fsdp2.reshard_after_forward: true or false)
 """
 
 import json
@@ -15,7 +15,7 @@ from torch.distributed.tensor import DTensor
 
 
 def main(out_json: str, reshard: str) -> None:
-    backend, config, raw = cpu_fsdp2("tiny-dense", fsdp_reshard_after_forward=reshard == "true")
+    backend, config, raw = cpu_fsdp2("tiny-dense", reshard_after_forward=reshard == "true")
     model, optimizer = backend.wrap(raw, torch.optim.SGD(raw.parameters(), lr=0.1))
     x = torch.randint(0, config.vocab_size, (2, 16))
     model(x, targets=x)  # no backward: the root unit (reshard_after_forward=False) stays gathered

@@ -78,7 +78,10 @@ def test_two_ranks_reproduce_the_single_process_run(
 ) -> None:
     """Global batch 4: single runs 4 micro-batches of 1, each rank 2 (accumulation + no_sync)."""
     extra = (
-        {"parallel__fsdp_unit_blocks": unit_blocks, "parallel__fsdp_reshard_after_forward": reshard}
+        {
+            "parallel__fsdp2__unit_blocks": unit_blocks,
+            "parallel__fsdp2__reshard_after_forward": reshard,
+        }
         if backend == "fsdp2"
         else {}
     )

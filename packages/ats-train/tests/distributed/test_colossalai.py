@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 from ats_train.backends import build_backend
-from ats_train.config import ConfigError, ParallelSection
+from ats_train.config import ColossalAISettings, ConfigError, ParallelSection
 from ats_train.precision import build_precision
 from ats_train_torchrun import ENV, model_weights, train_losses
 from safetensors.torch import load_file
@@ -94,8 +94,10 @@ def test_missing_colossalai_names_the_isolated_env() -> None:
 
 
 def test_only_low_level_zero_is_a_plugin() -> None:
-    with pytest.raises(ConfigError, match="colossalai_plugin = 'gemini' is not one of low_level_zero"):
-        ParallelSection(backend="colossalai", colossalai_plugin="gemini")
+    with pytest.raises(
+        ConfigError, match="colossalai.plugin = 'gemini' is not one of low_level_zero"
+    ):
+        ColossalAISettings(plugin="gemini")
 
 
 @needs_env

@@ -97,7 +97,7 @@ def test_zero2_on_two_ranks_reproduces_the_single_process_run(
     tmp_path: Path,  # noqa: ANN001
 ) -> None:
     """Global batch 4: single runs 4 micro-batches of 1, each rank 2 with accumulation."""
-    zero2 = {"parallel__backend": "deepspeed", "parallel__zero_stage": 2}
+    zero2 = {"parallel__backend": "deepspeed", "parallel__deepspeed__zero_stage": 2}
     _ok(run_ats_train(_args(overrides, tmp_path, **zero2), 2))
     _assert_reproduces(tmp_path, reference)
 
@@ -109,7 +109,7 @@ def test_deepspeed_launcher_runs_zero1_like_torchrun(
 ) -> None:
     """The README's second way to start ranks: DeepSpeed's launcher, 2 CPU ranks, ZeRO-1; the loss
     curve and the final weights are the single-process run's, as under torchrun."""
-    zero1 = {"parallel__backend": "deepspeed", "parallel__zero_stage": 1}
+    zero1 = {"parallel__backend": "deepspeed", "parallel__deepspeed__zero_stage": 1}
     proc = run_ats_train_deepspeed_launcher(_args(overrides, tmp_path, **zero1), 2)
     _ok(proc)
     assert (proc.stdout + proc.stderr).count("exits successfully") == 2  # the launcher's 2 ranks
@@ -127,7 +127,7 @@ def test_zero1_checkpoint_resumes_on_one_rank_and_on_two_with_zero3_offload(
     restored Adam moments, match the uninterrupted single-process run. The model directories are
     plain ATS model directories (ats_model.load_pretrained)."""
     saved = tmp_path / "saved"
-    zero1 = {"parallel__backend": "deepspeed", "parallel__zero_stage": 1}
+    zero1 = {"parallel__backend": "deepspeed", "parallel__deepspeed__zero_stage": 1}
     _ok(run_ats_train(_args(overrides, saved, train__steps=4, **zero1), 2))
     assert (saved / "checkpoints" / "latest").read_text().strip() == "step-000004"
     want = train_losses(reference)
@@ -139,9 +139,9 @@ def test_zero1_checkpoint_resumes_on_one_rank_and_on_two_with_zero3_offload(
     _assert_same_weights(dict(model.state_dict()), reference_step4)
     zero3_offload = {
         "parallel__backend": "deepspeed",
-        "parallel__zero_stage": 3,
-        "parallel__offload_optimizer": "cpu",
-        "parallel__offload_param": "cpu",
+        "parallel__deepspeed__zero_stage": 3,
+        "parallel__deepspeed__offload_optimizer": "cpu",
+        "parallel__deepspeed__offload_param": "cpu",
     }
     for name, extra, nproc in (("on1", {}, None), ("on2", zero3_offload, 2)):
         run_dir = tmp_path / name
@@ -165,7 +165,7 @@ def test_zero2_sharded_checkpoint_resumes_only_at_the_saved_world_size(
     saved = tmp_path / "saved"
     zero2 = {
         "parallel__backend": "deepspeed",
-        "parallel__zero_stage": 2,
+        "parallel__deepspeed__zero_stage": 2,
         "checkpoint__format": "sharded",
     }
     _ok(run_ats_train(_args(overrides, saved, train__steps=4, **zero2), 2))
@@ -230,7 +230,7 @@ def test_zero3_releasing_every_parameter_trains_an_untied_head_with_the_fused_lo
             }
         )
     )
-    zero3 = {**untied, "parallel__backend": "deepspeed", "parallel__deepspeed_config": config}
+    zero3 = {**untied, "parallel__backend": "deepspeed", "parallel__deepspeed__config": config}
     run_dir = tmp_path / "zero3"
     _ok(run_ats_train(_args(overrides, run_dir, **zero3), 2))
     _assert_reproduces(run_dir, reference)
@@ -246,7 +246,7 @@ NVME_ZERO3 = {
     "train__precision": "bf16",
     "checkpoint__every": 0,
     "parallel__backend": "deepspeed",
-    "parallel__zero_stage": 3,
+    "parallel__deepspeed__zero_stage": 3,
 }
 
 
@@ -281,20 +281,22 @@ def test_zero3_with_every_parameter_on_nvme_matches_parameters_in_host_ram(
     overrides,
     tmp_path: Path,  # noqa: ANN001
 ) -> None:
-    """parallel.offload_param = nvme on 2 gloo ranks, the generated config: every parameter
-    partition on disk (max_in_cpu 0), read back through DeepSpeed's swap buffers whenever its
-    module runs, in each of 12 forward/backward passes per rank (NVME_ZERO3's model). With
-    DeepSpeed's default reuse distance the swapper ran out of buffers at step 2 (`Not enough
+    """parallel.deepspeed.offload_param = nvme on 2 gloo ranks, the generated config: every
+    parameter partition on disk (max_in_cpu 0), read back through DeepSpeed's swap buffers
+    whenever its module runs, in each of 12 forward/backward passes per rank (NVME_ZERO3's model).
+    With DeepSpeed's default reuse distance the swapper ran out of buffers at step 2 (`Not enough
     buffers 0 for swapping 1`); with its NVMe prefetch it read a parameter into two buffers. Disk
     is only where the parameters wait: the run is the one with parameters in host RAM
     (offload_param = cpu), loss for loss and weight for weight."""
     _skip_without_async_io()
-    wide = {**NVME_ZERO3, "parallel__offload_optimizer": "cpu"}
+    wide = {**NVME_ZERO3, "parallel__deepspeed__offload_optimizer": "cpu"}
     in_ram = tmp_path / "param_cpu"
-    _ok(run_ats_train(_args(overrides, in_ram, **wide, parallel__offload_param="cpu"), 2))
+    _ok(
+        run_ats_train(_args(overrides, in_ram, **wide, parallel__deepspeed__offload_param="cpu"), 2)
+    )
     nvme = tmp_path / "nvme"
     nvme.mkdir()
-    on_nvme = {"parallel__offload_param": "nvme", "parallel__nvme_path": nvme}
+    on_nvme = {"parallel__deepspeed__offload_param": "nvme", "parallel__deepspeed__nvme_path": nvme}
     run_dir = tmp_path / "param_nvme"
     _ok(run_ats_train(_args(overrides, run_dir, **wide, **on_nvme), 2))
     _assert_parameters_on_nvme_changed_nothing(run_dir, in_ram, nvme, ranks=2)
@@ -318,7 +320,7 @@ def test_zero3_with_parameters_on_nvme_and_the_optimizer_on_the_gpu_matches_no_o
     nvme = tmp_path / "nvme"
     nvme.mkdir()
     run_dir = tmp_path / "param_nvme"
-    on_nvme = {"parallel__offload_param": "nvme", "parallel__nvme_path": nvme}
+    on_nvme = {"parallel__deepspeed__offload_param": "nvme", "parallel__deepspeed__nvme_path": nvme}
     _ok(run_ats_train(_args(overrides, run_dir, **zero3, **on_nvme), 1))
     _assert_parameters_on_nvme_changed_nothing(run_dir, on_gpu, nvme, ranks=1)
 
@@ -329,8 +331,8 @@ def test_zero3_partial_offload_matches_the_whole_offload_and_resumes_on_a_gpu(
     tmp_path: Path,  # noqa: ANN001
 ) -> None:
     """ZeRO-3 on one CUDA rank with half the optimizer's sub-groups kept on the GPU
-    (parallel.offload_optimizer_ratio = 0.5: DeepSpeed steps them with a torch AdamW of its own)
-    against the whole optimizer on the CPU. tiny-hybrid's two parameter groups make two
+    (parallel.deepspeed.offload_optimizer_ratio = 0.5: DeepSpeed steps them with a torch AdamW of
+    its own) against the whole optimizer on the CPU. tiny-hybrid's two parameter groups make two
     sub-groups, the first (decayed weights) on the GPU: the warm-up's LR must reach it (DeepSpeed
     copies group 0's LR once), and the checkpoint at step 4 must hold its Adam moments for the
     resumed run to end with the same weights."""
@@ -338,13 +340,13 @@ def test_zero3_partial_offload_matches_the_whole_offload_and_resumes_on_a_gpu(
     zero3 = {
         "train__device": "cuda",
         "parallel__backend": "deepspeed",
-        "parallel__zero_stage": 3,
-        "parallel__offload_optimizer": "cpu",
+        "parallel__deepspeed__zero_stage": 3,
+        "parallel__deepspeed__offload_optimizer": "cpu",
     }
     whole = tmp_path / "whole"
     _ok(run_ats_train(_args(overrides, whole, **zero3), 1))
     partial = tmp_path / "partial"
-    split = {**zero3, "parallel__offload_optimizer_ratio": 0.5}
+    split = {**zero3, "parallel__deepspeed__offload_optimizer_ratio": 0.5}
     _ok(run_ats_train(_args(overrides, partial, train__steps=4, **split), 1))
     assert (partial / "checkpoints" / "latest").read_text().strip() == "step-000004"
     _ok(run_ats_train(_args(overrides, partial, **split), 1))  # resumes at step 4

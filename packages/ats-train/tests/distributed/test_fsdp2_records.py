@@ -55,7 +55,7 @@ def test_optimizer_step_on_unsharded_parameters_raises(tmp_path: Path) -> None:
 
 
 def test_fsdp2_without_resharding_keeps_every_unit_gathered_after_forward(tmp_path: Path) -> None:
-    """parallel.fsdp_reshard_after_forward = false: after a forward every unit's parameters are
+    """parallel.fsdp2.reshard_after_forward = false: after a forward every unit's parameters are
     still gathered (the backward would need no second all-gather), the first block's included."""
     out = tmp_path / "step.json"
     runner = str(RUNNER.with_name("fsdp2_unsharded_step_runner.py"))

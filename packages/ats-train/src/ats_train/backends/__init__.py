@@ -37,13 +37,7 @@ def build_backend(
     if parallel.backend == "fsdp2":
         from ats_train.backends.fsdp2 import FSDP2Backend
 
-        return FSDP2Backend(
-            device,
-            precision,
-            parallel.cpu_offload,
-            parallel.fsdp_unit_blocks,
-            parallel.fsdp_reshard_after_forward,
-        )
+        return FSDP2Backend(device, precision, parallel.fsdp2)
     if parallel.backend == "deepspeed":
         if config is None or config.parallel is not parallel:
             raise ValueError(
@@ -56,7 +50,7 @@ def build_backend(
         # importing it imports colossalai: only inside the isolated env envs/colossalai
         from ats_train.backends.colossalai import ColossalAIBackend
 
-        return ColossalAIBackend(device, precision, parallel.colossalai_plugin)
+        return ColossalAIBackend(device, precision, parallel.colossalai.plugin)
     raise ValueError(  # unreachable through ParallelSection, which validates the name first
         f"parallel.backend = {parallel.backend!r} is not one of {', '.join(typing.get_args(BackendName))}"
     )

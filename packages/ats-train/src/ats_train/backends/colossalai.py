@@ -50,7 +50,7 @@ class ColossalAIBackend:
     def __init__(self, device: torch.device, precision: Precision, plugin: str) -> None:
         if plugin not in typing.get_args(ColossalAIPlugin):
             raise ConfigError(
-                f"parallel.colossalai_plugin = {plugin!r} is not one of "
+                f"parallel.colossalai.plugin = {plugin!r} is not one of "
                 f"{', '.join(typing.get_args(ColossalAIPlugin))}"
             )
         if device.type != "cuda":

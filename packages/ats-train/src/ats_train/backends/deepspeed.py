@@ -101,7 +101,7 @@ class DeepSpeedBackend:
     name = "deepspeed"
 
     def __init__(self, config: TrainConfig, device: torch.device, precision: Precision) -> None:
-        check_nvme_paths(config.parallel)  # before any rank joins or allocates anything
+        check_nvme_paths(config.parallel.deepspeed)  # before any rank joins or allocates anything
         check_partial_offload(config)
         self._ds = import_deepspeed()
         from deepspeed.accelerator import get_accelerator
@@ -117,7 +117,7 @@ class DeepSpeedBackend:
         self.rank, self.world_size = info.rank, info.world_size
         self.ds_config = build_ds_config(config, info.world_size, info.device.type)
         check_param_swap_ranks(self.ds_config, info.device.type, info.world_size)
-        user_json = config.parallel.deepspeed_config
+        user_json = config.parallel.deepspeed.config
         self._user_json = Path(user_json).expanduser() if user_json else None
         # DeepSpeed scales fp16 losses itself (its dynamic loss scaler, configured like
         # GradScaler); the trainer's GradScaler would scale a second time.
@@ -208,7 +208,7 @@ class DeepSpeedBackend:
         if norm is None:
             raise RuntimeError(
                 "DeepSpeed computed no gradient norm (zero_optimization.compute_grad_norm = "
-                "false in parallel.deepspeed_config?); ats-train logs it every step"
+                "false in parallel.deepspeed.config?); ats-train logs it every step"
             )
         average_expert_biases(self._model)
         return float(norm), self._engine.was_step_applied()  # not applied: fp16 overflow
@@ -364,8 +364,8 @@ class DeepSpeedBackend:
         step count) in the wrapped optimizer's own format, then fills it partition by partition."""
         if offload_device(self.ds_config, "optimizer") == "nvme":
             raise ConfigError(
-                "resuming optimizer state with parallel.offload_optimizer = 'nvme' is not "
-                "supported (the state lives in swap files); resume with offload 'cpu' or 'none'"
+                "resuming optimizer state with parallel.deepspeed.offload_optimizer = 'nvme' is "
+                "not supported (the state lives in swap files); resume with offload 'cpu' or 'none'"
             )
         base = self._base
         entries = [e for e in base.state.values() if "exp_avg" in e]

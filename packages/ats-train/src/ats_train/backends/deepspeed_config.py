@@ -1,5 +1,5 @@
 """The DeepSpeed JSON config of a run: generated from TrainConfig, or the user's own file
-(parallel.deepspeed_config) checked against it, plus the NVMe-path checks made before any rank
+(parallel.deepspeed.config) checked against it, plus the NVMe-path checks made before any rank
 joins the process group.
 
 Batch keys: train.batch_size is global, so DeepSpeed's train_batch_size = train.batch_size,
@@ -19,7 +19,7 @@ from typing import Any
 from torch import nn
 
 from ats_train.batch_geometry import BatchGeometry
-from ats_train.config import ConfigError, ParallelSection, TrainConfig
+from ats_train.config import ConfigError, DeepSpeedSettings, TrainConfig
 
 # ATS logs its own metrics; DeepSpeed's progress line every N steps would only repeat them.
 NEVER_PRINT = 2**31 - 1
@@ -61,19 +61,20 @@ def _offload(device: str, nvme_path: str, pin_memory: bool) -> dict[str, Any]:
 
 
 def generate(config: TrainConfig, world_size: int, device_type: str) -> dict[str, Any]:
-    """DeepSpeed's config from parallel.* (ZeRO stage, offload), train.* (batch, precision) and
-    optim.grad_clip; the optimizer itself is ATS's (optim.*), passed to deepspeed.initialize."""
-    parallel, precision = config.parallel, config.train.precision
+    """DeepSpeed's config from parallel.deepspeed.* (ZeRO stage, offload), train.* (batch,
+    precision) and optim.grad_clip; the optimizer itself is ATS's (optim.*), passed to
+    deepspeed.initialize."""
+    settings, precision = config.parallel.deepspeed, config.train.precision
     # pinned host memory speeds up GPU<->CPU copies; moot on a CPU run
-    pin = device_type == "cuda" and parallel.offload_pin_memory
-    zero: dict[str, Any] = {"stage": parallel.zero_stage}
-    if parallel.offload_optimizer != "none":
-        zero["offload_optimizer"] = _offload(parallel.offload_optimizer, parallel.nvme_path, pin)
-        if parallel.offload_optimizer_ratio < 1.0:
-            zero["offload_optimizer"]["ratio"] = parallel.offload_optimizer_ratio
-    if parallel.offload_param != "none":
-        zero["offload_param"] = _offload(parallel.offload_param, parallel.nvme_path, pin)
-    if parallel.offload_param == "nvme":
+    pin = device_type == "cuda" and settings.offload_pin_memory
+    zero: dict[str, Any] = {"stage": settings.zero_stage}
+    if settings.offload_optimizer != "none":
+        zero["offload_optimizer"] = _offload(settings.offload_optimizer, settings.nvme_path, pin)
+        if settings.offload_optimizer_ratio < 1.0:
+            zero["offload_optimizer"]["ratio"] = settings.offload_optimizer_ratio
+    if settings.offload_param != "none":
+        zero["offload_param"] = _offload(settings.offload_param, settings.nvme_path, pin)
+    if settings.offload_param == "nvme":
         # every parameter on disk, as the key says (DeepSpeed keeps the first max_in_cpu = 1e9
         # elements per rank in host RAM, so a smaller model would never touch the disk);
         # buffer_size is the model's to set (fit_param_swap_buffers, once the model exists)
@@ -146,7 +147,7 @@ def load_user(path: Path, config: TrainConfig, world_size: int) -> dict[str, Any
 
 
 def build_ds_config(config: TrainConfig, world_size: int, device_type: str) -> dict[str, Any]:
-    path = config.parallel.deepspeed_config
+    path = config.parallel.deepspeed.config
     if path:
         return load_user(Path(path).expanduser(), config, world_size)
     return generate(config, world_size, device_type)
@@ -219,13 +220,13 @@ def check_param_swap_ranks(ds: dict[str, Any], device_type: str, world_size: int
 
 def _read_json(path: Path) -> dict[str, Any]:
     if not path.is_file():
-        raise ConfigError(f"parallel.deepspeed_config = {str(path)!r} does not exist")
+        raise ConfigError(f"parallel.deepspeed.config = {str(path)!r} does not exist")
     try:
         ds = json.loads(path.read_text())
     except json.JSONDecodeError as e:
-        raise ConfigError(f"parallel.deepspeed_config {path} is not valid JSON: {e}") from e
+        raise ConfigError(f"parallel.deepspeed.config {path} is not valid JSON: {e}") from e
     if not isinstance(ds, dict):
-        raise ConfigError(f"parallel.deepspeed_config {path} must hold a JSON object")
+        raise ConfigError(f"parallel.deepspeed.config {path} must hold a JSON object")
     return ds
 
 
@@ -242,14 +243,15 @@ def _check_writable_dir(key: str, value: str) -> None:
         raise ConfigError(f"{key} = {value!r} is not writable: {e.strerror or e}") from e
 
 
-def check_nvme_paths(parallel: ParallelSection) -> None:
-    """Every NVMe offload directory (parallel.nvme_path, or the user JSON's nvme_path) must exist
-    and take a new file: checked before any rank joins the process group or allocates a model."""
-    if "nvme" in (parallel.offload_optimizer, parallel.offload_param):
-        _check_writable_dir("parallel.nvme_path", parallel.nvme_path)
-    if not parallel.deepspeed_config:
+def check_nvme_paths(settings: DeepSpeedSettings) -> None:
+    """Every NVMe offload directory (parallel.deepspeed.nvme_path, or the user JSON's nvme_path)
+    must exist and take a new file: checked before any rank joins the process group or allocates
+    a model."""
+    if "nvme" in (settings.offload_optimizer, settings.offload_param):
+        _check_writable_dir("parallel.deepspeed.nvme_path", settings.nvme_path)
+    if not settings.config:
         return
-    path = Path(parallel.deepspeed_config).expanduser()
+    path = Path(settings.config).expanduser()
     zero = _read_json(path).get("zero_optimization", {})
     for what in ("optimizer", "param"):
         section = zero.get(f"offload_{what}") or {}
@@ -259,16 +261,17 @@ def check_nvme_paths(parallel: ParallelSection) -> None:
 
 
 def check_partial_offload(config: TrainConfig) -> None:
-    """A partial optimizer offload (ratio < 1, from parallel.* or the user's JSON) is DeepSpeed's
-    ZeRO-3 CPU offload only: stage 1/2 ignore the ratio, NVMe swaps sub-groups by size, not by the
-    split, and with parameters on NVMe DeepSpeed gives the GPU's sub-groups host fp32 masters
-    beside GPU gradients. It keeps part of the state in a second optimizer that DeepSpeed's own
-    checkpoint does not save, so only checkpoint.format = "full" (ATS's gather, which sees both)
-    may go with it. ParallelSection already checks the generated config's stage and devices."""
-    parallel = config.parallel
-    ratio = parallel.offload_optimizer_ratio
-    if parallel.deepspeed_config:
-        path = Path(parallel.deepspeed_config).expanduser()
+    """A partial optimizer offload (ratio < 1, from parallel.deepspeed.* or the user's JSON) is
+    DeepSpeed's ZeRO-3 CPU offload only: stage 1/2 ignore the ratio, NVMe swaps sub-groups by
+    size, not by the split, and with parameters on NVMe DeepSpeed gives the GPU's sub-groups host
+    fp32 masters beside GPU gradients. It keeps part of the state in a second optimizer that
+    DeepSpeed's own checkpoint does not save, so only checkpoint.format = "full" (ATS's gather,
+    which sees both) may go with it. DeepSpeedSettings already checks the generated config's stage
+    and devices."""
+    settings = config.parallel.deepspeed
+    ratio = settings.offload_optimizer_ratio
+    if settings.config:
+        path = Path(settings.config).expanduser()
         ds = _read_json(path)
         ratio = offload_ratio(ds)
         stage = ds.get("zero_optimization", {}).get("stage", 0)

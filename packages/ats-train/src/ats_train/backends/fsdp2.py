@@ -1,12 +1,12 @@
 """`fsdp2`: torch.distributed.fsdp.fully_shard (FSDP2): parameters, gradients and optimizer state
 sharded over ranks, torchtitan's layout: each transformer block is one all-gather / reduce-scatter
-unit, then the root (embeddings, final norm, LM head). parallel.fsdp_unit_blocks = N groups N
+unit, then the root (embeddings, final norm, LM head). parallel.fsdp2.unit_blocks = N groups N
 consecutive blocks into one unit (0: all blocks in one unit, then the root): each unit costs hooks
 and collectives in forward and backward, which on a small model outweigh the memory a smaller unit
 saves (124M on 2 H200s, compiled: 83.4% weak-scaling efficiency with one block unit, 52.4% per
 block; `benchmarks/distributed.py --compile --only single_per_gpu,fsdp2,fsdp2_one_unit`,
 BENCHMARKS.md). The last block unit and the root stay gathered after forward (torchtitan's
-choice): backward starts with them. parallel.fsdp_reshard_after_forward = false keeps every unit
+choice): backward starts with them. parallel.fsdp2.reshard_after_forward = false keeps every unit
 gathered until its backward: one all-gather per unit per step instead of two, for the memory of
 the whole unsharded model. A block returns its MoE / MoD records with its
 output, so FSDP2 hooks their aux-loss tensors like the hidden state and none is lost.
@@ -20,9 +20,9 @@ The gradient clip and the optimizer update run on each rank's local shards as pl
 (fsdp2_local_step.py): through DTensor dispatch they held the host while the GPU idled.
 
 Optional MixedPrecisionPolicy (train.precision = bf16: bf16 parameters in compute, fp32 gradient
-reduction) and CPUOffloadPolicy (parallel.cpu_offload), the same for every unit. Blocks do not cast
-their inputs (cast_forward_inputs=False): the residual stream is already bf16 and the RoPE tables in
-the block context stay fp32, as they are in the single-device run.
+reduction) and CPUOffloadPolicy (parallel.fsdp2.cpu_offload), the same for every unit. Blocks do not
+cast their inputs (cast_forward_inputs=False): the residual stream is already bf16 and the RoPE
+tables in the block context stay fp32, as they are in the single-device run.
 Checkpoints are gathered with torch.distributed.checkpoint's state-dict API (full_state_dict,
 cpu_offload) and written by rank 0 in the single backend's format, so they resume on any world
 size and the model directory is a plain ATS model directory. With checkpoint.format = "sharded"
@@ -58,7 +58,7 @@ from ats_train.backends.process_group import (
 )
 from ats_train.checkpoint import CheckpointError
 from ats_train.checkpoint_sharded import SHARDS_DIR
-from ats_train.config import ConfigError
+from ats_train.config import ConfigError, FSDP2Settings
 from ats_train.model_state import read_model_state
 from ats_train.precision import Precision
 
@@ -72,23 +72,20 @@ class FSDP2Backend:
         self,
         device: torch.device,
         precision: Precision,
-        cpu_offload: bool,
-        unit_blocks: int = 1,
-        reshard_after_forward: bool = True,
+        settings: FSDP2Settings,
     ) -> None:
         if precision.scaler is not None:
             raise ConfigError(
                 "parallel.backend = 'fsdp2' with train.precision = 'fp16' is not supported: "
                 "use bf16 (MixedPrecisionPolicy) or fp32"
             )
-        if cpu_offload and device.type != "cuda":
+        if settings.cpu_offload and device.type != "cuda":
             raise ConfigError(
-                f"parallel.cpu_offload = true needs train.device = 'cuda', not {device.type!r}: "
-                "FSDP2 offloads GPU state to pinned CPU memory"
+                "parallel.fsdp2.cpu_offload = true needs train.device = 'cuda', not "
+                f"{device.type!r}: FSDP2 offloads GPU state to pinned CPU memory"
             )
         info = join_process_group(self.name, device)
-        self.device, self.precision, self.cpu_offload = info.device, precision, cpu_offload
-        self.unit_blocks, self.reshard_after_forward = unit_blocks, reshard_after_forward
+        self.device, self.precision, self.settings = info.device, precision, settings
         self.rank, self.world_size = info.rank, info.world_size
         self._model: nn.Module | None = None
         self._group_names: list[list[str]] = []  # parameter names in optimizer order, per group
@@ -112,19 +109,19 @@ class FSDP2Backend:
             block_options["mp_policy"] = MixedPrecisionPolicy(
                 param_dtype=torch.bfloat16, reduce_dtype=torch.float32, cast_forward_inputs=False
             )
-        if self.cpu_offload:
+        if self.settings.cpu_offload:
             root_options["offload_policy"] = block_options["offload_policy"] = CPUOffloadPolicy()
         # 0: every block in one unit. Not the root alone: on torch 2.11 a root-only FSDP2 model
         # on CUDA kept its unsharded parameters after backward, so the optimizer's sharded ones
         # never got a gradient and nothing trained (the loss sat at ln V for 50 steps on 2 H200s)
         blocks = list(model.layers)
-        n = self.unit_blocks or len(blocks)
+        n = self.settings.unit_blocks or len(blocks)
         units = [blocks[i : i + n] for i in range(0, len(blocks), n)]
         for i, unit in enumerate(units):
             # a list of modules is one unit: one all-gather before the first, one reduce-scatter
             fully_shard(
                 unit if len(unit) > 1 else unit[0],
-                reshard_after_forward=self.reshard_after_forward and i < len(units) - 1,
+                reshard_after_forward=self.settings.reshard_after_forward and i < len(units) - 1,
                 **block_options,
             )
         fully_shard(model, reshard_after_forward=False, **root_options)

@@ -6,7 +6,7 @@ overrides of that preset's fields. The resolved config is written to the run dir
 
     choices.py       the allowed values of string keys (Literal types) and the section checks
     sections.py      [model] [data] [train] [loss] [optim] [checkpoint] [profile]
-    parallel.py      [parallel]
+    parallel.py      [parallel] and its table per backend ([parallel.fsdp2], [parallel.deepspeed])
     train_config.py  TrainConfig and the checks across sections
     keys.py          valid keys, their types, the nearest-key suggestion
     parse.py         TOML + `key=value` overrides -> TrainConfig
@@ -14,7 +14,12 @@ overrides of that preset's fields. The resolved config is written to the run dir
 """
 
 from ats_train.config.keys import ALIASES, suggest_key, valid_keys
-from ats_train.config.parallel import ParallelSection
+from ats_train.config.parallel import (
+    ColossalAISettings,
+    DeepSpeedSettings,
+    FSDP2Settings,
+    ParallelSection,
+)
 from ats_train.config.parse import build_config, coerce, load_config, parse_override
 from ats_train.config.sections import (
     CheckpointSection,
@@ -32,8 +37,11 @@ from ats_train.errors import ConfigError
 __all__ = [
     "ALIASES",
     "CheckpointSection",
+    "ColossalAISettings",
     "ConfigError",
     "DataSection",
+    "DeepSpeedSettings",
+    "FSDP2Settings",
     "LossSection",
     "ModelSection",
     "OptimSection",

@@ -22,6 +22,7 @@ LoaderMode = Literal["random", "packed"]
 # every backend but single runs under torchrun (deepspeed also under the `deepspeed` launcher)
 BackendName = Literal["single", "ddp", "fsdp2", "deepspeed", "colossalai"]
 OffloadDevice = Literal["none", "cpu", "nvme"]  # deepspeed: where ZeRO keeps optimizer/parameters
+ZeroStage = Literal[1, 2, 3]  # deepspeed: 1 optimizer state, 2 + gradients, 3 + parameters sharded
 # colossalai runs only in the isolated env envs/colossalai (torch 2.5.1), on CUDA
 ColossalAIPlugin = Literal["low_level_zero"]
 KernelsName = Literal["auto", "reference", "triton"]  # ats_kernels.select()
@@ -40,6 +41,11 @@ def choices_of(hint: object) -> tuple[object, ...] | None:
     return typing.get_args(hint) if typing.get_origin(hint) is Literal else None
 
 
+def is_one_of(value: object, allowed: tuple[object, ...]) -> bool:
+    """`value` is one of `allowed`, type included (true is not the stage 1, nor 3.0 the stage 3)."""
+    return any(value == a and type(value) is type(a) for a in allowed)
+
+
 def not_one_of(key: str, shown: str, allowed: tuple[object, ...]) -> ConfigError:
     """The error for a value (`shown` as the message prints it) outside `allowed`."""
     return ConfigError(f"{key} = {shown} is not one of {', '.join(map(str, allowed))}")
@@ -51,6 +57,6 @@ def check_choices(section: object, prefix: str) -> None:
     for name, hint in typing.get_type_hints(type(section)).items():
         allowed = choices_of(hint)
         value = getattr(section, name)
-        if allowed is not None and value not in allowed:
+        if allowed is not None and not is_one_of(value, allowed):
             key = f"{prefix}.{name}" if prefix else name
             raise not_one_of(key, repr(value), allowed)

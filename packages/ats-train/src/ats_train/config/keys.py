@@ -8,9 +8,13 @@ import difflib
 import typing
 from typing import Any
 
+from ats_train.config.parallel import RENAMED as PARALLEL_RENAMED
 from ats_train.config.train_config import TrainConfig
 from ats_train.errors import ConfigError
-from ats_train.orchestrator.settings import RENAMED
+from ats_train.orchestrator.settings import RENAMED as ORCHESTRATOR_RENAMED
+
+# keys that moved: an intervention kind's generic knobs, the flat [parallel] backend settings
+RENAMED = {**ORCHESTRATOR_RENAMED, **PARALLEL_RENAMED}
 
 
 def _model_fields() -> dict[str, Any]:
@@ -109,7 +113,7 @@ def suggest_key(key: str, keys: list[str]) -> str | None:
 
 
 def _unknown_key(key: str) -> ConfigError:
-    if key in RENAMED:  # a kind's knob from before each kind had its own names
+    if key in RENAMED:
         return ConfigError(f"config key {key!r} was renamed; use {RENAMED[key]!r}")
     close = suggest_key(key, valid_keys())
     hint = f"; did you mean {close!r}?" if close else ""

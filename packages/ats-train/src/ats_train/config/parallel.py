@@ -1,33 +1,48 @@
-"""[parallel]: the backend that shards and synchronizes training, and its settings."""
+"""[parallel]: the backend that shards and synchronizes training (`parallel.backend`), and one
+table of settings per backend that has any: [parallel.fsdp2], [parallel.deepspeed],
+[parallel.colossalai]. A table's settings need its backend selected; the flat keys they replace
+are refused with their new name (RENAMED)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
 
 from ats_train.config.choices import (
     BackendName,
     ColossalAIPlugin,
     OffloadDevice,
+    ZeroStage,
     check_choices,
     require,
 )
 
 
-@dataclass
-class ParallelSection:
-    backend: BackendName = "single"
-    cpu_offload: bool = False  # fsdp2 only: parameters, gradients and optimizer state on the CPU
-    # fsdp2 only: consecutive blocks per fully_shard unit (one all-gather / reduce-scatter each);
-    # 0 = all blocks in one unit (then the root: embeddings, final norm, head). Fewer, larger units cost fewer
-    # hooks and collectives per step; smaller ones hold fewer gathered parameters at a time.
-    fsdp_unit_blocks: int = 1
-    # fsdp2 only: false keeps every unit's parameters gathered from its forward to its backward
-    # (no second all-gather in backward; each rank holds the whole bf16 model through the step,
-    # torchtitan's reshard_after_forward "never"). The last unit and the root never reshard.
-    fsdp_reshard_after_forward: bool = True
-    colossalai_plugin: ColossalAIPlugin = "low_level_zero"  # colossalai only: LowLevelZero (ZeRO-2)
-    # deepspeed only (backends/deepspeed_config.py turns these into DeepSpeed's JSON)
-    zero_stage: int = 1  # 1: optimizer state, 2: + gradients, 3: + parameters sharded
+@dataclass(frozen=True)
+class FSDP2Settings:
+    cpu_offload: bool = False  # parameters, gradients and optimizer state on the CPU (CUDA only)
+    # consecutive blocks per fully_shard unit (one all-gather / reduce-scatter each); 0 = all
+    # blocks in one unit (then the root: embeddings, final norm, head). Fewer, larger units cost
+    # fewer hooks and collectives per step; smaller ones hold fewer gathered parameters at a time.
+    unit_blocks: int = 1
+    # false keeps every unit's parameters gathered from its forward to its backward (no second
+    # all-gather in backward; each rank holds the whole bf16 model through the step, torchtitan's
+    # reshard_after_forward "never"). The last unit and the root never reshard.
+    reshard_after_forward: bool = True
+
+    def __post_init__(self) -> None:
+        require(
+            self.unit_blocks >= 0,
+            f"parallel.fsdp2.unit_blocks = {self.unit_blocks} must be >= 0 "
+            "(blocks per FSDP2 unit; 0 = all blocks in one unit)",
+        )
+
+
+@dataclass(frozen=True)
+class DeepSpeedSettings:
+    """backends/deepspeed_config.py turns these into DeepSpeed's JSON."""
+
+    zero_stage: ZeroStage = 1  # 1: optimizer state, 2: + gradients, 3: + parameters sharded
     offload_optimizer: OffloadDevice = "none"  # none | cpu | nvme (ZeRO-Offload / ZeRO-Infinity)
     offload_param: OffloadDevice = "none"  # none | cpu | nvme; zero_stage 3 only
     nvme_path: str = ""  # a writable local directory; required when an offload is "nvme"
@@ -38,68 +53,100 @@ class ParallelSection:
     # pinned host buffers for offload (cuda only): faster copies, but torch rounds every pinned
     # allocation up to a power of two (pytorch#150517), up to 2x the host memory of the buffers
     offload_pin_memory: bool = True
-    deepspeed_config: str = ""  # the user's own DeepSpeed JSON, used instead of the generated one
+    config: str = ""  # the user's own DeepSpeed JSON, used instead of the generated one
 
     def __post_init__(self) -> None:
-        check_choices(self, "parallel")
-        require(
-            not self.cpu_offload or self.backend == "fsdp2",
-            f"parallel.cpu_offload = true needs parallel.backend = 'fsdp2', not {self.backend!r}",
-        )
-        require(
-            self.fsdp_unit_blocks >= 0,
-            f"parallel.fsdp_unit_blocks = {self.fsdp_unit_blocks} must be >= 0 "
-            "(blocks per FSDP2 unit; 0 = all blocks in one unit)",
-        )
-        require(
-            self.fsdp_unit_blocks == 1 or self.backend == "fsdp2",
-            f"parallel.fsdp_unit_blocks = {self.fsdp_unit_blocks} needs parallel.backend = "
-            f"'fsdp2', not {self.backend!r}",
-        )
-        require(
-            self.fsdp_reshard_after_forward or self.backend == "fsdp2",
-            "parallel.fsdp_reshard_after_forward = false needs parallel.backend = 'fsdp2', not "
-            f"{self.backend!r}",
-        )
-        require(
-            self.zero_stage in (1, 2, 3),
-            f"parallel.zero_stage = {self.zero_stage} is not 1, 2 or 3",
-        )
-        offloads = {"parallel.offload_optimizer": self.offload_optimizer}
-        offloads["parallel.offload_param"] = self.offload_param
-        for key, value in offloads.items():
-            require(
-                value == "none" or self.backend == "deepspeed",
-                f"{key} = {value!r} needs parallel.backend = 'deepspeed', not {self.backend!r}",
-            )
+        check_choices(self, "parallel.deepspeed")
+        for what in ("optimizer", "param"):
+            value = getattr(self, f"offload_{what}")
             require(
                 value != "nvme" or self.nvme_path != "",
-                f"{key} = 'nvme' needs parallel.nvme_path, a writable local directory",
+                f"parallel.deepspeed.offload_{what} = 'nvme' needs parallel.deepspeed.nvme_path, "
+                "a writable local directory",
             )
         require(
             self.offload_param == "none" or self.zero_stage == 3,
-            f"parallel.offload_param = {self.offload_param!r} needs parallel.zero_stage = 3 "
-            f"(only ZeRO-3 partitions parameters), not {self.zero_stage}",
+            f"parallel.deepspeed.offload_param = {self.offload_param!r} needs "
+            f"parallel.deepspeed.zero_stage = 3 (only ZeRO-3 partitions parameters), not "
+            f"{self.zero_stage}",
+        )
+        ratio = self.offload_optimizer_ratio
+        require(
+            0.0 < ratio <= 1.0,
+            f"parallel.deepspeed.offload_optimizer_ratio = {ratio} must be in (0, 1]",
         )
         require(
-            0.0 < self.offload_optimizer_ratio <= 1.0,
-            f"parallel.offload_optimizer_ratio = {self.offload_optimizer_ratio} must be in (0, 1]",
+            ratio == 1.0 or (self.offload_optimizer == "cpu" and self.zero_stage == 3),
+            f"parallel.deepspeed.offload_optimizer_ratio = {ratio} needs "
+            "parallel.deepspeed.offload_optimizer = 'cpu' and parallel.deepspeed.zero_stage = 3 "
+            "(DeepSpeed splits the optimizer only there), not "
+            f"{self.offload_optimizer!r} and {self.zero_stage}",
         )
         require(
-            self.offload_optimizer_ratio == 1.0
-            or (self.offload_optimizer == "cpu" and self.zero_stage == 3),
-            f"parallel.offload_optimizer_ratio = {self.offload_optimizer_ratio} needs "
-            "parallel.offload_optimizer = 'cpu' and parallel.zero_stage = 3 (DeepSpeed splits "
-            f"the optimizer only there), not {self.offload_optimizer!r} and {self.zero_stage}",
+            ratio == 1.0 or self.offload_param != "nvme",
+            f"parallel.deepspeed.offload_optimizer_ratio = {ratio} with "
+            "parallel.deepspeed.offload_param = 'nvme': DeepSpeed gives the GPU's sub-groups host "
+            "fp32 masters beside GPU gradients when their parameters are on disk; offload the "
+            "whole optimizer, or keep parameters in host RAM",
         )
-        require(
-            self.offload_optimizer_ratio == 1.0 or self.offload_param != "nvme",
-            f"parallel.offload_optimizer_ratio = {self.offload_optimizer_ratio} with "
-            "parallel.offload_param = 'nvme': DeepSpeed gives the GPU's sub-groups host fp32 "
-            "masters beside GPU gradients when their parameters are on disk; offload the whole "
-            "optimizer, or keep parameters in host RAM",
+
+
+@dataclass(frozen=True)
+class ColossalAISettings:
+    plugin: ColossalAIPlugin = "low_level_zero"  # LowLevelZero (ZeRO-2)
+
+    def __post_init__(self) -> None:
+        check_choices(self, "parallel.colossalai")
+
+
+@dataclass(frozen=True)
+class ParallelSection:
+    backend: BackendName = "single"
+    fsdp2: FSDP2Settings = field(default_factory=FSDP2Settings)
+    deepspeed: DeepSpeedSettings = field(default_factory=DeepSpeedSettings)
+    colossalai: ColossalAISettings = field(default_factory=ColossalAISettings)
+
+    def __post_init__(self) -> None:
+        check_choices(self, "parallel")
+        for backend in ("fsdp2", "deepspeed", "colossalai"):
+            if backend == self.backend:
+                continue
+            settings, default = getattr(self, backend), type(getattr(self, backend))()
+            changed = [
+                f"parallel.{backend}.{f.name} = {_shown(getattr(settings, f.name))}"
+                for f in dataclasses.fields(settings)
+                if getattr(settings, f.name) != getattr(default, f.name)
+            ]
+            require(
+                not changed,
+                f"{', '.join(changed)} need{'s' if len(changed) == 1 else ''} parallel.backend = "
+                f"{backend!r}, not {self.backend!r}",
+            )
+
+
+def _shown(value: object) -> str:
+    """A value as TOML writes it: true / false, quoted strings, numbers."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value)
+
+
+# The flat [parallel] keys each backend's settings had before they moved to its own table.
+RENAMED = {
+    "parallel.cpu_offload": "parallel.fsdp2.cpu_offload",
+    "parallel.fsdp_unit_blocks": "parallel.fsdp2.unit_blocks",
+    "parallel.fsdp_reshard_after_forward": "parallel.fsdp2.reshard_after_forward",
+    "parallel.colossalai_plugin": "parallel.colossalai.plugin",
+    "parallel.deepspeed_config": "parallel.deepspeed.config",
+    **{
+        f"parallel.{name}": f"parallel.deepspeed.{name}"
+        for name in (
+            "zero_stage",
+            "offload_optimizer",
+            "offload_param",
+            "nvme_path",
+            "offload_optimizer_ratio",
+            "offload_pin_memory",
         )
-        require(
-            self.deepspeed_config == "" or self.backend == "deepspeed",
-            f"parallel.deepspeed_config needs parallel.backend = 'deepspeed', not {self.backend!r}",
-        )
+    },
+}

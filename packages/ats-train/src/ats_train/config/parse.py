@@ -11,7 +11,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from ats_train.config.choices import choices_of, not_one_of
+from ats_train.config.choices import choices_of, is_one_of, not_one_of
 from ats_train.config.keys import _hint_for, _hints, _section_types
 from ats_train.config.train_config import TrainConfig
 from ats_train.errors import ConfigError
@@ -53,7 +53,9 @@ def coerce(key: str, value: Any, hint: Any) -> Any:
         raise ConfigError(errors[0] if errors else f"{key} = {value!r} is not valid")
     allowed = choices_of(hint)
     if allowed is not None:
-        if value not in allowed:
+        if isinstance(value, str) and all(type(a) is int for a in allowed):
+            value = coerce(key, value, int)  # a number from the command line
+        if not is_one_of(value, allowed):
             raise not_one_of(key, _shown(value), allowed)
         return value
     expected = getattr(hint, "__name__", str(hint))
@@ -136,6 +138,18 @@ def parse_override(text: str) -> tuple[str, str]:
     return key, value.strip()
 
 
+def _table(section: type, name: str, table: str, leaves: dict[str, Any]) -> Any:
+    """Sub-table `name.table` of `section`: its field's default with `leaves` replaced."""
+    (table_field,) = [f for f in dataclasses.fields(section) if f.name == table]
+    try:
+        return dataclasses.replace(table_field.default_factory(), **leaves)  # type: ignore[misc]
+    except ValueError as e:
+        message = str(e)
+        if message.startswith(f"{name}.{table}."):  # the table's own check names the full key
+            raise ConfigError(message) from e
+        raise ConfigError(f"{name}.{table}: {message}") from e
+
+
 def build_config(flat: dict[str, Any]) -> TrainConfig:
     """Typed TrainConfig from {dotted key: value}; values are coerced by each field's type."""
     sections: dict[str, dict[str, Any]] = {name: {} for name in _section_types()}
@@ -152,27 +166,24 @@ def build_config(flat: dict[str, Any]) -> TrainConfig:
             model_overrides[name] = typed
         else:
             sections[section][name] = typed
+    sections["model"]["overrides"] = model_overrides
     hints = _hints(TrainConfig)
     built = {}
     for name, values in sections.items():
-        # sub-table fields (orchestrator.<kind>.*) start from the section's own default table
+        # a section's sub-tables (orchestrator.<kind>.*, parallel.<backend>.*) are built first,
+        # from their leaves over the table's defaults, and passed to the section whole
         nested: dict[str, dict[str, Any]] = {}
         for key in [k for k in values if "." in k]:
             table, leaf = key.split(".", 1)
             nested.setdefault(table, {})[leaf] = values.pop(key)
+        for table, leaves in nested.items():
+            values[table] = _table(hints[name], name, table, leaves)
         try:
-            section = hints[name](**values)
+            built[name] = hints[name](**values)
         except ConfigError:
             raise
         except ValueError as e:  # sections defined in their own settings modules
             raise ConfigError(str(e)) from e
-        for table, leaves in nested.items():
-            try:
-                setattr(section, table, dataclasses.replace(getattr(section, table), **leaves))
-            except ValueError as e:
-                raise ConfigError(f"{name}.{table}: {e}") from e
-        built[name] = section
-    built["model"].overrides = model_overrides
     return TrainConfig(**built, **top)
 
 

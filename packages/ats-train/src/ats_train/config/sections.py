@@ -21,14 +21,14 @@ from ats_train.config.choices import (
 )
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModelSection:
     preset: str = "tiny-hybrid"
     # Any ats_model.ModelConfig field, e.g. {"n_layer": 4}; checked against ModelConfig on resolve.
     overrides: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(frozen=True)
 class DataSection:
     # "stdlib" (the Python standard library's own sources), "pyenv" (stdlib + site-packages .py,
     # .md, .rst files: ats_data.pyenv), a text file, folder, glob, JSONL or Parquet file, or a
@@ -56,7 +56,7 @@ class DataSection:
         require(self.workers >= 0, f"data.workers = {self.workers} must be >= 0")
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainSection:
     steps: int = 300
     batch_size: int = 16  # GLOBAL sequences per optimizer step, whatever the number of ranks
@@ -129,7 +129,9 @@ class TrainSection:
             "layers (set train.fused_projections = false)",
         )
         if self.fused_loss is None:
-            self.fused_loss = self.precision != "fp16"
+            object.__setattr__(
+                self, "fused_loss", self.precision != "fp16"
+            )  # frozen: resolved here
         require(
             not (self.fused_loss and self.precision == "fp16"),
             "train.fused_loss = true cannot run with train.precision = 'fp16': the fused loss "
@@ -155,7 +157,7 @@ class TrainSection:
         require(self.sample_tokens >= 0, f"train.sample_tokens = {self.sample_tokens} < 0")
 
 
-@dataclass
+@dataclass(frozen=True)
 class LossSection:
     # The model returns its aux losses unweighted (model_api.md); the trainer owns the weights.
     moe_lb_weight: float = 0.01  # Switch Transformer load balancing (Fedus et al. 2021)
@@ -168,7 +170,7 @@ class LossSection:
             require(value >= 0.0, f"loss.{f.name} = {value} must be >= 0")
 
 
-@dataclass
+@dataclass(frozen=True)
 class OptimSection:
     lr: float = 2e-3
     min_lr: float = 2e-4
@@ -182,7 +184,7 @@ class OptimSection:
 
     def __post_init__(self) -> None:
         check_choices(self, "optim")
-        self.betas = tuple(self.betas)
+        object.__setattr__(self, "betas", tuple(self.betas))  # a TOML array arrives as a list
         require(self.lr > 0.0, f"optim.lr = {self.lr} must be > 0")
         require(
             0.0 <= self.min_lr <= self.lr,
@@ -202,7 +204,7 @@ class OptimSection:
         )
 
 
-@dataclass
+@dataclass(frozen=True)
 class CheckpointSection:
     every: int = 100  # 0 = only the final checkpoint
     keep_last: int = 3
@@ -214,7 +216,7 @@ class CheckpointSection:
         require(self.keep_last >= 1, f"checkpoint.keep_last = {self.keep_last} must be >= 1")
 
 
-@dataclass
+@dataclass(frozen=True)
 class ProfileSection:
     # torch.profiler over `steps` training steps on every rank, after `start` steps (compile and
     # warm-up stay out); RUN_DIR/profile/rank-R/{trace.json.gz, summary.txt} (profiling.py)

@@ -21,7 +21,7 @@ from ats_train.orchestrator.settings import OrchestratorSection
 from ats_train.planning.settings import PlanSection
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainConfig:
     model: ModelSection = field(default_factory=ModelSection)
     data: DataSection = field(default_factory=DataSection)

@@ -13,7 +13,7 @@ def _check(ok: bool, message: str) -> None:
         raise ConfigError(message)
 
 
-@dataclass
+@dataclass(frozen=True)
 class FaultsSection:
     """Conditions injected into a real run, for tests and drills. Steps are 1-based optimizer steps
     (the "step" of metrics.jsonl); None = off. Each fault fires once per process."""

@@ -5,7 +5,6 @@ that the loader, the model shape and the optimizer match the checkpoint."""
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,17 +21,31 @@ def saved_settings(checkpoint: Path) -> dict[str, Any]:
 
 
 def with_saved_settings(config: TrainConfig, checkpoint: Path | None) -> TrainConfig:
-    """A copy of `config` with the checkpoint's orchestrator settings applied (dotted keys)."""
-    run = copy.deepcopy(config)
+    """A new config: `config` with the checkpoint's orchestrator settings (dotted keys) applied."""
     if checkpoint is None:
-        return run
+        return config
+    sections = {
+        f.name
+        for f in dataclasses.fields(config)
+        if dataclasses.is_dataclass(getattr(config, f.name))
+    }
+    changed: dict[str, dict[str, Any]] = {}
     for key, value in saved_settings(checkpoint).items():
         section, name = key.split(".", 1)
-        if section == "model":
-            run.model.overrides[name] = value
-            continue
-        target = getattr(run, section)
-        if name not in {f.name for f in dataclasses.fields(target)}:
+        known = section == "model" or (
+            section in sections
+            and name in {f.name for f in dataclasses.fields(getattr(config, section))}
+        )
+        if not known:
             raise CheckpointError(f"{checkpoint}: orchestrator setting {key!r} is not a config key")
-        setattr(target, name, value)
-    return run
+        changed.setdefault(section, {})[name] = value
+    if "model" in changed:  # model.* are overrides of the preset's ModelConfig fields
+        overrides = {**config.model.overrides, **changed["model"]}
+        changed["model"] = {"overrides": overrides}
+    return dataclasses.replace(
+        config,
+        **{
+            section: dataclasses.replace(getattr(config, section), **values)
+            for section, values in changed.items()
+        },
+    )

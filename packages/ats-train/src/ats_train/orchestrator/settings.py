@@ -17,7 +17,7 @@ def _check(ok: bool, message: str) -> None:
         raise ConfigError(message)
 
 
-@dataclass
+@dataclass(frozen=True)
 class KindSettings:
     """What every intervention kind has: its switch, its cooldown and its confidence floor. Each
     kind adds its own named knobs below (what they mean: the kind's class in orchestrator/kinds/)."""
@@ -36,71 +36,71 @@ class KindSettings:
         _check(scale > 0.0, f"scale = {scale} must be > 0")
 
 
-@dataclass
+@dataclass(frozen=True)
 class LRCutSettings(KindSettings):
     rise: float = 0.15  # relative loss (or val loss) rise over its best that means divergence
     scale: float = 0.5  # lr_scale x scale
     min_lr_scale: float = 0.01  # lr_scale is never cut below this
 
 
-@dataclass
+@dataclass(frozen=True)
 class LRRewarmSettings(KindSettings):
     plateau: float = 0.01  # |relative loss change| over the window below this is a plateau
     scale: float = 2.0  # lr_scale x scale
     max_lr_ratio: float = 1.0  # the lr never climbs above max_lr_ratio x optim.lr
 
 
-@dataclass
+@dataclass(frozen=True)
 class GradClipSettings(KindSettings):
     spike_ratio: float = 20.0  # the window's largest grad norm / its median above this: a spike
     scale: float = 0.5  # optim.grad_clip x scale
     min_clip: float = 0.05  # optim.grad_clip is never set below this
 
 
-@dataclass
+@dataclass(frozen=True)
 class SkipBatchSettings(KindSettings):
     cooldown: int = 0
     spike: float = 0.15  # loss above (1 + spike) x the median of the 5 steps before it
 
 
-@dataclass
+@dataclass(frozen=True)
 class RollbackSettings(KindSettings):
     cooldown: int = 0
     scale: float = 0.5  # lr_scale x scale after the reload
 
 
-@dataclass
+@dataclass(frozen=True)
 class OOMSettings(KindSettings):
     cooldown: int = 0
 
 
-@dataclass
+@dataclass(frozen=True)
 class PruneExpertsSettings(KindSettings):
     min_utilization: float = 0.1  # an expert below this share x n_experts is pruned
     experts_dropped: int = 1  # experts dropped per MoE layer each time
 
 
-@dataclass
+@dataclass(frozen=True)
 class SplitExpertSettings(KindSettings):
     max_utilization: float = 2.5  # an expert above this share x n_experts is split
     max_experts: int = 16  # never more experts per layer than this
 
 
-@dataclass
+@dataclass(frozen=True)
 class CapacityFactorSettings(KindSettings):
     max_dropped: float = 0.1  # share of routed slots dropped above which capacity grows
     scale: float = 1.25  # capacity_factor x scale
     max_capacity_factor: float = 4.0
 
 
-@dataclass
+@dataclass(frozen=True)
 class RouterTemperatureSettings(KindSettings):
     min_entropy: float = 0.5  # router entropy / ln(E) below this is a collapse
     scale: float = 1.5  # temperature x scale
     max_temperature: float = 4.0
 
 
-@dataclass
+@dataclass(frozen=True)
 class AuxLossWeightsSettings(KindSettings):
     max_imbalance: float = 1.5  # the most-used expert's utilization - 1 above this: raise moe_lb
     max_router_z: float = 50.0  # router z-loss above this: raise moe_z
@@ -108,7 +108,7 @@ class AuxLossWeightsSettings(KindSettings):
     max_weight: float = 1.0
 
 
-@dataclass
+@dataclass(frozen=True)
 class BiasRateSettings(KindSettings):
     max_imbalance: float = 1.5  # as aux_loss_weights
     start_rate: float = 1e-3  # the rate switched on from 0
@@ -116,42 +116,42 @@ class BiasRateSettings(KindSettings):
     max_rate: float = 0.01
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModCapacitySettings(KindSettings):
     target_capacity: float | None = None  # None: the curriculum is off
     stable_change: float = 0.05  # relative loss change below this: one step towards the target
     scale: float = 0.8  # capacity x scale per step (divided when the target is above)
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModCollapseSettings(KindSettings):
     min_kept_ratio: float = 0.2  # the predictor keeping less than this x capacity is a collapse
     scale: float = 2.0  # loss.mod_predictor_weight x scale
     max_weight: float = 10.0
 
 
-@dataclass
+@dataclass(frozen=True)
 class WeightDecaySettings(KindSettings):
     norm_growth: float = 1.5  # parameter norm growing more than this x over the window
     scale: float = 2.0  # each decayed group's weight_decay x scale
     max_decay: float = 1.0
 
 
-@dataclass
+@dataclass(frozen=True)
 class BatchRampSettings(KindSettings):
     max_batch_size: int | None = None  # None: the ramp is off
     min_improvement: float = 0.01  # relative loss improvement over the window below this: ramp
     scale: float = 2.0  # global batch x scale
 
 
-@dataclass
+@dataclass(frozen=True)
 class EvalCkptFrequencySettings(KindSettings):
     events: int = 1  # instability events in the window that make the intervals shorter
     scale: float = 0.5  # train.eval_every and checkpoint.every x scale
     min_interval: int = 1  # never below this many steps
 
 
-@dataclass
+@dataclass(frozen=True)
 class EarlyStopSettings(KindSettings):
     cooldown: int = 0
     min_delta: float = 0.01  # relative improvement on the best that still counts as progress
@@ -210,7 +210,7 @@ RENAMED = {
 }
 
 
-@dataclass
+@dataclass(frozen=True)
 class OrchestratorSection:
     # act: apply decisions; advise (default): log them only; off: not consulted at all
     mode: str = "advise"

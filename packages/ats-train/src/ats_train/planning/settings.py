@@ -17,7 +17,7 @@ STEPS_FROM = ("config", "tokens_per_param", "flops")
 LAWS = ("approach1", "parametric")
 
 
-@dataclass
+@dataclass(frozen=True)
 class PlanSection:
     """How train.steps is chosen. config: as given. tokens_per_param: D = tokens_per_param x N
     (N = active parameters; Hoffmann et al. 2022: about 20). flops: D = plan.flops / the model's
