@@ -2,6 +2,7 @@
 post-training tests."""
 
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,6 +12,8 @@ from ats_model import ModelConfig, build_model
 from ats_model.serialization.model_dir import save_pretrained
 from ats_tokenizer import Tokenizer
 from ats_tokenizer.chat import CHAT_SPECIAL_TOKENS
+
+sys.path.insert(0, str(Path(__file__).parent))  # trl_oracle.py, imported by the test modules
 
 TEXT = "\n".join(f"What is {a} plus {b}? answer: {a + b}" for a in range(30) for b in range(7))
 
