@@ -106,7 +106,7 @@ def train(args: argparse.Namespace, objective: str | None = None) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
-    command = argv[0] if argv[:1] in (["plot"], ["plan"], *([c] for c in POST_TRAINING)) else "train"
+    command = argv[0] if argv[:1] and argv[0] in ("plot", "plan", *POST_TRAINING) else "train"
     try:
         if command == "plot":
             from ats_train.plot import plot_run
