@@ -119,15 +119,21 @@ class Transformer(nn.Module):
         kv_cache: KVCache | None = None,
         positions: torch.Tensor | None = None,
         causal_routing: bool = False,
+        document_ids: torch.Tensor | None = None,
     ) -> ModelOutput:
         """idx (B, T) int64. attention_mask (B, L) with 1 on real tokens (L = cache length + T with a
         cache, else T) for left padding. positions (B, T) overrides RoPE positions (default: count of
         real tokens before each one). causal_routing: MoD decides per token with its causal predictor
-        instead of top-k over the sequence (always on with a KV cache)."""
+        instead of top-k over the sequence (always on with a KV cache). document_ids (B, T): several
+        documents packed in one row; a token attends only to earlier tokens of its own document and
+        RoPE positions restart at each document, so each document computes as if it were alone."""
         B, T = idx.shape
         start = 0 if kv_cache is None else kv_cache.length
         end = start + T
         self._check_lengths(B, T, end, attention_mask, kv_cache, positions)
+        if document_ids is not None:
+            self._check_documents(B, T, document_ids, attention_mask, kv_cache, positions)
+            positions = document_positions(document_ids)  # (B, T)
 
         key_valid = None if attention_mask is None else attention_mask.bool()  # (B, L)
         if kv_cache is not None:
@@ -147,6 +153,8 @@ class Transformer(nn.Module):
         mask = None
         if key_valid is not None:
             mask = causal_mask(torch.arange(start, end, device=idx.device), key_valid)  # (B,1,T,L)
+        if document_ids is not None:
+            mask = document_mask(document_ids)  # (B, 1, T, T)
 
         ctx = Context(
             cos=cos,
@@ -203,6 +211,31 @@ class Transformer(nn.Module):
             h, w.to(dtype), targets.reshape(-1), chunk_size=rows
         )
 
+    def _check_documents(
+        self,
+        B: int,
+        T: int,
+        document_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        kv_cache: KVCache | None,
+        positions: torch.Tensor | None,
+    ) -> None:
+        if tuple(document_ids.shape) != (B, T):
+            raise ValueError(
+                f"forward: document_ids has shape {tuple(document_ids.shape)}, expected {(B, T)}"
+            )
+        if attention_mask is not None or kv_cache is not None or positions is not None:
+            raise ValueError(
+                "forward: document_ids (packed training rows) cannot be combined with "
+                "attention_mask, kv_cache or positions"
+            )
+        if self.mod_layers():
+            # MoD attends over the tokens it selects with a mask of its own (layers/mod.py)
+            raise ValueError(
+                "forward: document_ids is not supported by MoD layers; pad examples instead of "
+                "packing them"
+            )
+
     def _check_lengths(
         self,
         B: int,
@@ -232,6 +265,26 @@ class Transformer(nn.Module):
                 )
             if end > kv_cache.max_len:
                 raise ValueError(f"forward: kv_cache holds {kv_cache.max_len} slots, needs {end}")
+
+
+def document_positions(document_ids: torch.Tensor) -> torch.Tensor:
+    """(B, T) document ids -> (B, T) position of each token within its document (0 at a change)."""
+    B, T = document_ids.shape
+    idx = torch.arange(T, device=document_ids.device).expand(B, T)
+    change = torch.ones_like(document_ids, dtype=torch.bool)
+    change[:, 1:] = document_ids[:, 1:] != document_ids[:, :-1]
+    starts = torch.where(change, idx, torch.zeros_like(idx)).cummax(dim=1).values  # (B, T)
+    return idx - starts
+
+
+def document_mask(document_ids: torch.Tensor) -> torch.Tensor:
+    """(B, T) document ids -> SDPA mask (B, 1, T, T): causal and within the same document
+    (block-diagonal causal; each document a contiguous run of one id)."""
+    T = document_ids.shape[1]
+    slots = torch.arange(T, device=document_ids.device)
+    causal = slots[None, :] <= slots[:, None]  # (T, T)
+    same = document_ids[:, :, None] == document_ids[:, None, :]  # (B, T, T)
+    return (causal[None] & same)[:, None]  # (B, 1, T, T)
 
 
 def _collect(

@@ -102,6 +102,21 @@ class Tokenizer:
         specials = {s: first_special + j for j, s in enumerate(special_tokens)}
         return cls(range(256), merges, specials, pattern, backend=backend)
 
+    def with_special_tokens(self, tokens: Sequence[str]) -> "Tokenizer":
+        """This tokenizer plus those of `tokens` it lacks, as special tokens at the next free ids
+        (every existing id keeps its meaning)."""
+        specials = dict(self.special_tokens)
+        for token in tokens:
+            if token not in specials:
+                specials[token] = self.vocab_size + len(specials) - len(self.special_tokens)
+        return Tokenizer(
+            self._table.byte_ids,
+            self._table.merges,
+            specials,
+            self.pattern,
+            backend=self._backend_request,
+        )
+
     @classmethod
     def train_from_files(
         cls, paths: Sequence[str | PathLike[str]], vocab_size: int, **kwargs: Any

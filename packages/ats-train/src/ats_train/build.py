@@ -23,6 +23,8 @@ from ats_train.lr import build_lr_schedule
 from ats_train.metrics import Metrics
 from ats_train.mfu import peak_flops
 from ats_train.model_config import build_model_config, check_same_model
+from ats_train.objectives.build import PostSetup
+from ats_train.objectives.start import build_start
 from ats_train.optim import build_optimizer
 from ats_train.orchestrator.orchestrator import Orchestrator
 from ats_train.orchestrator.resume import with_saved_settings
@@ -86,6 +88,8 @@ def build_trainer(config: TrainConfig, run_dir: Path) -> Trainer:
         resume_step = checkpoint_step(resume_from) if resume_from is not None else None
         if backend.is_main:
             write_resolved_config(run_dir, config, resume_step)
+            if trainer.objective is not None:
+                trainer.data.write_tokenizer()  # the init tokenizer + ChatML tokens, if added
         trainer.metrics.open()
     except BaseException:
         if lock is not None:
@@ -102,12 +106,20 @@ def _build(
     """build_trainer's components and resume, with nothing written: (trainer, checkpoint, the
     config with the run's length resolved, as config.toml records it)."""
     train = config.train
-    data = build_data(config.data)
-    config = size_run(config, build_model_config(config.model, data.vocab_size, train.seq_len))
+    # sft | dpo | grpo start from model.init_from and read rows (objectives/), not shards
+    start = build_start(config, run_dir) if train.objective != "pretrain" else None
+    data = build_data(config.data) if start is None else start.data
+    model_config: ModelConfig = (
+        build_model_config(config.model, data.vocab_size, train.seq_len)
+        if start is None
+        else start.model_config
+    )
+    config = size_run(config, model_config)
     resume_from = latest_checkpoint(run_dir)
     # config.toml keeps what the user asked for; the run continues with the orchestrator's changes
     run_config = with_saved_settings(config, resume_from)
-    model_config: ModelConfig = build_model_config(run_config.model, data.vocab_size, train.seq_len)
+    if start is None:
+        model_config = build_model_config(run_config.model, data.vocab_size, train.seq_len)
     if resume_from is not None:
         check_same_model(read_config(resume_from), model_config, resume_from)
         check_resumable(resume_from, backend)
@@ -133,12 +145,20 @@ def _build(
     )
     seed_everything(train.seed)
     raw_model = build_model(model_config, device=device, kernels=config.kernels)
+    post = None
+    if start is not None:
+        raw_model.load_state_dict(start.initial_state())  # a checkpoint, if any, replaces it
+        post = PostSetup(config, start)  # every row read and checked
     model = apply_training_wrappers(raw_model, train)
     optimizer = build_optimizer(raw_model, config.optim, device)
     model, optimizer = backend.wrap(model, optimizer)  # then sharding (fsdp2), after the wrappers
-    train_loader = build_loader(config, data, "train", batch, backend.rank)
-    # Built once here so a val split too small for one batch fails now, not at the first eval.
-    build_loader(config, data, "val", batch, backend.rank)
+    objective = None
+    if post is None:
+        train_loader = build_loader(config, data, "train", batch, backend.rank)
+        # Built once here so a val split too small for one batch fails now, not at the first eval.
+        build_loader(config, data, "val", batch, backend.rank)
+    else:
+        train_loader, objective = post.build(raw_model, batch, backend.rank, device)
     trainer = Trainer(
         config=config,
         run_dir=run_dir,
@@ -157,6 +177,7 @@ def _build(
         overlap=HostOverlap(1 if train.overlap_host else 0),
     )
     trainer.attention = attention
+    trainer.objective = objective
     trainer.run = TrainerRunHandle(trainer)
     trainer.profiler = StepProfiler(
         config.profile.start,
@@ -176,10 +197,13 @@ def _build(
     if train.cuda_graphs:
         trainer.graphed = GraphedLoss(model, lambda: trainer.forward_context(cache=False))
     trainer.metrics.message(data.note)
+    if start is not None and start.message:
+        trainer.metrics.message(start.message)
     trainer.metrics.message(attention.describe())
     total, active = count_params(model_config)
     trainer.metrics.message(
-        f"model: {config.model.preset} ({model_config.family}), {total:,} parameters, "
+        f"model: {config.model.init_from or config.model.preset} ({model_config.family}), "
+        f"{total:,} parameters, "
         f"{active:,} active per token; device {device}, precision {train.precision}"
     )
     if resume_from is not None:

@@ -1,6 +1,7 @@
 """`ats-train`: train from a config and overrides, or plot a run dir. Thin: the work is elsewhere.
 
     ats-train [--config run.toml] [--run-dir DIR] [key=value ...]
+    ats-train sft | dpo | grpo --config x.toml --run-dir DIR [key=value ...]
     ats-train plot RUN_DIR
     ats-train plan --flops 1e20 [--law approach1|parametric] [--preset NAME]
 
@@ -26,10 +27,19 @@ from ats_tokenizer.hf_json import TokenizerFileError
 
 from ats_train.checkpoint import CheckpointError
 from ats_train.config import ConfigError, load_config
+from ats_train.errors import RewardError
 from ats_train.run_lock import RunDirInUse
 
 # what bad input raises (one line, exit 2); anything else is a bug and keeps its traceback
-USER_ERRORS = (ConfigError, CheckpointError, DataError, TokenizerFileError, RunDirInUse, OSError)
+USER_ERRORS = (
+    ConfigError,
+    CheckpointError,
+    DataError,
+    TokenizerFileError,
+    RunDirInUse,
+    OSError,
+    RewardError,
+)
 
 
 def _train_parser() -> argparse.ArgumentParser:
@@ -63,10 +73,16 @@ def writable_run_dir(path: Path) -> Path:
     return path
 
 
-def train(args: argparse.Namespace) -> None:
+POST_TRAINING = ("sft", "dpo", "grpo")  # `ats-train sft ...` = train.objective=sft
+
+
+def train(args: argparse.Namespace, objective: str | None = None) -> None:
     from ats_train.build import build_trainer  # torch and the model only once input is valid
 
-    config = load_config(args.config, args.overrides)
+    overrides = list(args.overrides)
+    if objective is not None:
+        overrides.append(f"train.objective={objective}")
+    config = load_config(args.config, overrides)
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     run_dir = writable_run_dir(args.run_dir or Path("runs") / stamp)
     t0 = time.perf_counter()
@@ -90,7 +106,7 @@ def train(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
-    command = argv[0] if argv[:1] in (["plot"], ["plan"]) else "train"
+    command = argv[0] if argv[:1] and argv[0] in ("plot", "plan", *POST_TRAINING) else "train"
     try:
         if command == "plot":
             from ats_train.plot import plot_run
@@ -101,6 +117,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ats_train.planning.plan_cli import plan_parser, plan_report
 
             print("\n".join(plan_report(plan_parser().parse_args(argv[1:]))))
+        elif command in POST_TRAINING:
+            parser = _train_parser()
+            parser.prog = f"ats-train {command}"
+            train(parser.parse_args(argv[1:]), command)
         else:
             train(_train_parser().parse_args(argv))
     except USER_ERRORS as e:

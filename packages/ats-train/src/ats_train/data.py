@@ -20,6 +20,7 @@ from ats_data.loader import TokenLoader
 from ats_data.shards import INDEX_NAME
 from ats_data.sources import Source, open_source
 from ats_tokenizer import Tokenizer
+from ats_tokenizer.chat import CHAT_SPECIAL_TOKENS
 
 from ats_train.batch_geometry import BatchGeometry
 from ats_train.config import DataSection, TrainConfig
@@ -66,12 +67,14 @@ def _key(*parts: object) -> str:
 
 
 def train_tokenizer(source: Source, vocab_size: int, cache_dir: Path) -> Path:
-    """A byte-level BPE trained on `source`, cached under cache_dir/tokenizers/<key>/."""
-    path = cache_dir / "tokenizers" / _key(source.fingerprint(), vocab_size) / TOKENIZER_FILE
+    """A byte-level BPE trained on `source`, cached under cache_dir/tokenizers/<key>/. It
+    reserves the ChatML special tokens, so every model ats-train pretrains can be chat-tuned."""
+    key = _key(source.fingerprint(), vocab_size, CHAT_SPECIAL_TOKENS)
+    path = cache_dir / "tokenizers" / key / TOKENIZER_FILE
     if path.is_file():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    tokenizer = Tokenizer.train(iter(source), vocab_size)
+    tokenizer = Tokenizer.train(iter(source), vocab_size, special_tokens=CHAT_SPECIAL_TOKENS)
     tmp = path.with_suffix(f".tmp-{os.getpid()}")
     tokenizer.save(tmp)
     os.replace(tmp, path)  # another run racing on the same key writes the same bytes

@@ -158,10 +158,13 @@ class Metrics:
                 f"{_fmt(record['tokens_per_s'], ',.0f')} tok/s | mfu {_fmt(record['mfu'], '.1%')}"
             )
 
-    def val(self, step: int, val_loss: float) -> None:
+    def val(self, step: int, val_loss: float, extra: dict[str, float] | None = None) -> None:
+        """A val record; `extra` (a post-training objective's numbers) as val/<name> keys."""
         if not self.enabled:
             return
-        self._write({"kind": "val", "time": time.time(), "step": step, "val_loss": val_loss})
+        record = {"kind": "val", "time": time.time(), "step": step, "val_loss": val_loss}
+        record.update({f"val/{k}": v for k, v in (extra or {}).items() if k != "loss"})
+        self._write(record)
         assert self._tb is not None
         self._tb.add_scalar("val/loss", val_loss, step)
         ppl = math.exp(val_loss) if val_loss < 50 else float("inf")

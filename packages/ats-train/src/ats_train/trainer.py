@@ -49,6 +49,7 @@ from ats_train.lr import LRSchedule
 from ats_train.metrics import Metrics, stats_record
 from ats_train.mfu import mfu
 from ats_train.model_state import write_model_dir
+from ats_train.objectives import Objective
 from ats_train.orchestrator.handle import RunHandle
 from ats_train.orchestrator.orchestrator import Orchestrator
 from ats_train.overlap import DeviceSums, HostOverlap, InFlight, StepOutput, unpack
@@ -92,6 +93,9 @@ class Trainer:
     attention: AttentionBackend = field(default_factory=lambda: AttentionBackend(None, {}))
     profiler: StepProfiler = field(default_factory=StepProfiler.disabled)  # profile.steps
     run_lock: RunLock | None = None  # the main rank's hold on run_dir (run_lock.py)
+    # train.objective sft | dpo | grpo: the loss of each micro-batch (objectives/); None: the LM
+    # loss of pretraining
+    objective: Objective | None = None
 
     # ---- the end of a process's use: every exit path -----------------------------------------
     def close(self) -> None:
@@ -133,9 +137,9 @@ class Trainer:
 
     def validate(self) -> None:
         self.flush()  # the step's train record before its val record
-        val_loss = self.evaluate()
-        self.metrics.val(self.step, val_loss)
-        self.orchestrator.observe_val(self.step, val_loss)
+        values = {"loss": self.evaluate()} if self.objective is None else self.evaluate_objective()
+        self.metrics.val(self.step, values["loss"], values)
+        self.orchestrator.observe_val(self.step, values["loss"])
 
     def train_step(self) -> dict[str, Any]:
         """One optimizer step. Returns the metrics record of the step that is `overlap.depth` steps
@@ -251,7 +255,11 @@ class Trainer:
         return DeviceSums(loss_sum, aux_sums, stats_sums, n_micro)
 
     def losses(self, x: torch.Tensor, y: torch.Tensor) -> LossParts:
-        """One micro-batch's forward: (LM loss, unweighted aux losses, detached stats)."""
+        """One micro-batch's forward: (LM loss, unweighted aux losses, detached stats); with an
+        objective, its loss and its metrics among the stats."""
+        if self.objective is not None:
+            with self.forward_context():
+                return self.objective.losses(self.model, x, y, self.step)
         if self.graphed is not None:
             return self.graphed(x, y)
         with self.forward_context():
@@ -298,6 +306,14 @@ class Trainer:
         self.model.train()
         # mean over ranks of both sums: their ratio is the ratio of the global sums
         return self.backend.all_reduce_mean(float(loss_sum)) / self.backend.all_reduce_mean(tokens)
+
+    def evaluate_objective(self) -> dict[str, float]:
+        """The objective's validation numbers (eval mode: no dropout)."""
+        self.model.eval()
+        try:
+            return self.objective.evaluate(self)
+        finally:
+            self.model.train()
 
     def _eval_batches(self, micro: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """This rank's val windows as (x, y) CPU batches of at most `micro` rows."""

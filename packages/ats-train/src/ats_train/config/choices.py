@@ -19,6 +19,7 @@ SdpaBackendName = Literal[
     "auto", "default", "cudnn", "flash", "efficient", "math"
 ]  # attention_backend.py
 LoaderMode = Literal["random", "packed"]
+Objective = Literal["pretrain", "sft", "dpo", "grpo"]  # train.objective
 # every backend but single runs under torchrun (deepspeed also under the `deepspeed` launcher)
 BackendName = Literal["single", "ddp", "fsdp2", "deepspeed", "colossalai"]
 OffloadDevice = Literal["none", "cpu", "nvme"]  # deepspeed: where ZeRO keeps optimizer/parameters

@@ -162,7 +162,7 @@ def build_config(flat: dict[str, Any]) -> TrainConfig:
             top[key] = typed
             continue
         section, name = key.split(".", 1)
-        if section == "model" and name != "preset":
+        if section == "model" and name not in ("preset", "init_from", "add_chat_tokens"):
             model_overrides[name] = typed
         else:
             sections[section][name] = typed

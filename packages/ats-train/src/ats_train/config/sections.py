@@ -12,6 +12,7 @@ from ats_train.config.choices import (
     DeviceName,
     Fp8Recipe,
     LoaderMode,
+    Objective,
     PrecisionName,
     ResidualStream,
     ScheduleName,
@@ -26,6 +27,12 @@ class ModelSection:
     preset: str = "tiny-hybrid"
     # Any ats_model.ModelConfig field, e.g. {"n_layer": 4}; checked against ModelConfig on resolve.
     overrides: dict[str, Any] = field(default_factory=dict)
+    # a model directory (ours, or one from `ats-model import-hf`) whose weights and tokenizer a
+    # run starts from; its config is the architecture (preset and overrides are not used)
+    init_from: str | None = None
+    # with init_from: add the ChatML tokens the chat template needs to a tokenizer that lacks
+    # them, growing the embeddings (and an untied head) by as many rows
+    add_chat_tokens: bool = False
 
 
 @dataclass(frozen=True)
@@ -99,6 +106,9 @@ class TrainSection:
     eval_micro_batch_size: int | None = None
     log_every: int = 25
     device: DeviceName = "auto"
+    # pretrain: next-token loss on the token stream; sft | dpo | grpo read TRL-format rows from
+    # data.source and need model.init_from (objectives/)
+    objective: Objective = "pretrain"
     sample_prompt: str = "def "
     sample_tokens: int = 64
 
@@ -121,7 +131,7 @@ class TrainSection:
             "without autocast)",
         )
         if self.fused_projections is None:
-            self.fused_projections = self.precision != "fp8"
+            object.__setattr__(self, "fused_projections", self.precision != "fp8")
         require(
             not (self.fused_projections and self.precision == "fp8"),
             "train.fused_projections = true cannot run with train.precision = 'fp8': the fused "

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from ats_train.config.choices import KernelsName, check_choices, require
 from ats_train.config.parallel import ParallelSection
+from ats_train.config.posttrain import DPOSection, GRPOSection, SFTSection
 from ats_train.config.sections import (
     CheckpointSection,
     DataSection,
@@ -34,12 +35,17 @@ class TrainConfig:
     faults: FaultsSection = field(default_factory=FaultsSection)
     plan: PlanSection = field(default_factory=PlanSection)
     profile: ProfileSection = field(default_factory=ProfileSection)
+    sft: SFTSection = field(default_factory=SFTSection)
+    dpo: DPOSection = field(default_factory=DPOSection)
+    grpo: GRPOSection = field(default_factory=GRPOSection)
     kernels: KernelsName = "auto"  # ats_kernels.select(): chosen once when the model is built
 
     def __post_init__(self) -> None:
         check_choices(self, "")
         if self.train.overlap_host:
             self._check_overlap_host()
+        if self.train.objective != "pretrain":
+            self._check_objective()
         require(
             self.checkpoint.format == "full" or self.parallel.backend != "colossalai",
             "checkpoint.format = 'sharded' is not implemented for parallel.backend = "
@@ -49,6 +55,27 @@ class TrainConfig:
             self.train.precision != "fp8" or self.parallel.backend in ("single", "ddp", "fsdp2"),
             f"train.precision = 'fp8' runs with parallel.backend single, ddp or fsdp2, not "
             f"{self.parallel.backend!r} (its engine casts the model itself)",
+        )
+
+    def _check_objective(self) -> None:
+        """sft | dpo | grpo start from a model directory and run on the plain step path."""
+        objective = self.train.objective
+        require(
+            self.model.init_from is not None,
+            f"train.objective = {objective!r} needs model.init_from = MODEL_DIR (the model to "
+            "fine-tune)",
+        )
+        unsupported = [
+            (self.train.cuda_graphs, "train.cuda_graphs"),
+            (self.train.overlap_host, "train.overlap_host"),
+            (self.faults.loss_spike_at_step is not None, "faults.loss_spike_at_step"),
+        ]
+        for bad, what in unsupported:
+            require(not bad, f"train.objective = {objective!r} cannot run with {what}")
+        require(
+            objective != "grpo" or self.parallel.backend in ("single", "ddp"),
+            f"train.objective = 'grpo' runs with parallel.backend single or ddp, not "
+            f"{self.parallel.backend!r}: each rank generates with its own copy of the weights",
         )
 
     def _check_overlap_host(self) -> None:
