@@ -7,7 +7,7 @@ import pytest
 import torch
 from ats_model import build_model
 from ats_model.adapters import LoRAConfig, apply_lora, disabled_adapter, merge_lora
-from ats_model.adapters.lora import lora_state_dict
+from ats_model.adapters.lora import lora_state_dict, merged_state_dict
 from ats_model.layers.lora import ExpertsLoRA, LoRALinear
 
 ALL = ("wq", "wk", "wv", "wo", "w1", "w3", "w2", "router")
@@ -135,3 +135,15 @@ def test_bad_settings_are_refused(make_config) -> None:
     apply_lora(model, LoRAConfig(targets=("wq",)))
     with pytest.raises(ValueError, match="already has an adapter"):
         apply_lora(model, LoRAConfig(targets=("wq",)))
+
+
+def test_merged_state_dict_equals_merge_lora(make_config) -> None:
+    model = _model(make_config, "hybrid")
+    lora = LoRAConfig(rank=3, alpha=5.0, targets=ALL)
+    apply_lora(model, lora)
+    _randomize_lora(model)
+    merged = merged_state_dict(dict(model.state_dict()), lora.alpha / lora.rank)
+    expected = merge_lora(copy.deepcopy(model)).state_dict()
+    assert set(merged) == set(expected)
+    for k, v in expected.items():
+        torch.testing.assert_close(merged[k], v, rtol=1e-12, atol=1e-12)

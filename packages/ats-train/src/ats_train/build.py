@@ -9,6 +9,7 @@ import torch
 from ats_model import ModelConfig, build_model, count_params, flops_per_token
 from ats_model.serialization.model_dir import read_config
 
+from ats_train.adapters.trainable import apply_trainable
 from ats_train.attention_backend import AttentionShape, choose_attention_backend
 from ats_train.backends import Backend, build_backend
 from ats_train.batch_geometry import BatchGeometry
@@ -129,6 +130,7 @@ def _build(
     )
     seed_everything(train.seed)
     raw_model = build_model(model_config, device=device, kernels=config.kernels)
+    trainable = apply_trainable(raw_model, config)  # LoRA / frozen weights: before the optimizer
     model = apply_training_wrappers(raw_model, train)
     optimizer = build_optimizer(raw_model, config.optim, device)
     model, optimizer = backend.wrap(model, optimizer)  # then sharding (fsdp2), after the wrappers
@@ -172,6 +174,7 @@ def _build(
     if train.cuda_graphs:
         trainer.graphed = GraphedLoss(model, lambda: trainer.forward_context(cache=False))
     trainer.metrics.message(data.note)
+    trainer.metrics.message(trainable)
     trainer.metrics.message(attention.describe())
     total, active = count_params(model_config)
     trainer.metrics.message(

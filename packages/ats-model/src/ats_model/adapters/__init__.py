@@ -5,6 +5,7 @@ from ats_model.adapters.files import (
     merge_adapter_into,
     read_adapter_config,
     save_adapter,
+    write_adapter,
 )
 from ats_model.adapters.lora import (
     LoRAConfig,
@@ -24,4 +25,5 @@ __all__ = [
     "merge_lora",
     "read_adapter_config",
     "save_adapter",
+    "write_adapter",
 ]

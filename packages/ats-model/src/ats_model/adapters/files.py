@@ -23,7 +23,13 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
 
-from ats_model.adapters.lora import LoRAConfig, apply_lora, lora_state_dict, merge_lora
+from ats_model.adapters.lora import (
+    LoRAConfig,
+    apply_lora,
+    is_lora_param,
+    lora_state_dict,
+    merge_lora,
+)
 from ats_model.config import ModelConfig
 from ats_model.serialization.safetensors_io import parse_json, read_header, require_file
 
@@ -51,9 +57,21 @@ def base_signature(config: ModelConfig) -> dict[str, Any]:
 
 def router_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     """The MoE routers' weights, by their names in the model."""
-    found = {k: v for k, v in model.state_dict().items() if k.endswith(".router.weight")}
-    if not found:
-        raise ValueError("router adapter: the model has no MoE router")
+    return adapter_tensors(dict(model.state_dict()), "routers")
+
+
+def adapter_tensors(state: dict[str, torch.Tensor], kind: str) -> dict[str, torch.Tensor]:
+    """The tensors of a model's state dict that an adapter of `kind` holds."""
+    if kind not in KINDS:
+        raise ValueError(f"adapter kind {kind!r} is not one of {KINDS}")
+    if kind == "lora":
+        found = {k: v for k, v in state.items() if is_lora_param(k)}
+        if not found:
+            raise ValueError("LoRA adapter: the model carries no LoRA adapter")
+    else:
+        found = {k: v for k, v in state.items() if k.endswith(".router.weight")}
+        if not found:
+            raise ValueError("router adapter: the model has no MoE router")
     return found
 
 
@@ -61,20 +79,28 @@ def save_adapter(
     model: nn.Module, out: str | Path, kind: str, lora: LoRAConfig | None = None
 ) -> Path:
     """Write `model`'s adapter (kind "lora": its LoRA tensors, `lora` their config; kind "routers":
-    its router weights) to the new directory `out`."""
+    its router weights) to the directory `out`."""
+    tensors = adapter_tensors(dict(model.state_dict()), kind)
+    return write_adapter(model.config, tensors, out, kind, lora)
+
+
+def write_adapter(
+    config: ModelConfig,
+    tensors: dict[str, torch.Tensor],
+    out: str | Path,
+    kind: str,
+    lora: LoRAConfig | None = None,
+) -> Path:
+    """Write an adapter directory from its tensors (as adapter_tensors picks them from a state
+    dict, gathered by a training backend or not) for a model of `config`."""
     out = Path(out)
-    if kind not in KINDS:
-        raise ValueError(f"save_adapter: kind {kind!r} is not one of {KINDS}")
     if (kind == "lora") != (lora is not None):
-        raise ValueError("save_adapter: a LoRAConfig goes with kind 'lora' only")
-    tensors = lora_state_dict(model) if kind == "lora" else router_state_dict(model)
-    if not tensors:
-        raise ValueError("save_adapter: the model carries no LoRA adapter")
+        raise ValueError("write_adapter: a LoRAConfig goes with kind 'lora' only")
     meta: dict[str, Any] = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "kind": kind,
-        "base": base_signature(model.config),
+        "base": base_signature(config),
     }
     if lora is not None:
         meta["lora"] = lora.to_dict()

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+import torch
 from torch import nn
 
 from ats_model.layers.lora import EXPERT_WEIGHTS, ExpertsLoRA, LoRALinear
@@ -145,3 +146,20 @@ def merge_lora(model: nn.Module) -> nn.Module:
                 w.data += parent.lora.delta_weight(name).detach().to(w.dtype)
             parent.lora = None
     return model
+
+
+def merged_state_dict(state: dict[str, torch.Tensor], scale: float) -> dict[str, torch.Tensor]:
+    """A LoRA model's state dict (as a backend gathers it) -> the base model's, every update
+    (scale = alpha / rank) added into its weight: what merge_lora leaves, without the modules."""
+    out = {k: v for k, v in state.items() if not is_lora_param(k)}
+    for key, A in state.items():
+        if key.endswith(".lora_A"):  # linear: <name>.lora_A (r, in), <name>.lora_B (out, r)
+            stem = key.removesuffix(".lora_A")
+            B, weight = state[f"{stem}.lora_B"], f"{stem}.weight"
+            out[weight] = out[weight] + (B @ A * scale).to(out[weight].dtype)
+        elif key.split(".")[-2:-1] == ["lora"] and key.endswith("_A"):  # experts.lora.w1_A
+            stem, leaf = key.rsplit(".lora.", 1)
+            name = leaf.removesuffix("_A")
+            B, weight = state[f"{stem}.lora.{name}_B"], f"{stem}.{name}"
+            out[weight] = out[weight] + (torch.bmm(B, A) * scale).to(out[weight].dtype)
+    return out

@@ -15,6 +15,7 @@ from ats_train.config.choices import (
     ResidualStream,
     ScheduleName,
     SdpaBackendName,
+    TrainableName,
     check_choices,
     require,
 )
@@ -94,6 +95,9 @@ class TrainSection:
     eval_micro_batch_size: int | None = None
     log_every: int = 25
     device: DeviceName = "auto"
+    # which parameters train: all; lora (adapters from [lora] on frozen weights); routers (the
+    # MoE routers only). Both of the latter also write run_dir/adapter (adapters/export.py).
+    trainable: TrainableName = "all"
     sample_prompt: str = "def "
     sample_tokens: int = 64
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from ats_train.adapters.settings import LoRASection
 from ats_train.config.choices import KernelsName, check_choices, require
 from ats_train.config.parallel import ParallelSection
 from ats_train.config.sections import (
@@ -34,12 +35,18 @@ class TrainConfig:
     faults: FaultsSection = field(default_factory=FaultsSection)
     plan: PlanSection = field(default_factory=PlanSection)
     profile: ProfileSection = field(default_factory=ProfileSection)
+    lora: LoRASection = field(default_factory=LoRASection)  # with train.trainable = 'lora'
     kernels: KernelsName = "auto"  # ats_kernels.select(): chosen once when the model is built
 
     def __post_init__(self) -> None:
         check_choices(self, "")
         if self.train.overlap_host:
             self._check_overlap_host()
+        require(
+            self.train.trainable == "lora" or self.lora == LoRASection(),
+            f"lora.* is set but train.trainable = {self.train.trainable!r}; set "
+            "train.trainable = 'lora' to train an adapter",
+        )
         require(
             self.checkpoint.format == "full" or self.parallel.backend != "colossalai",
             "checkpoint.format = 'sharded' is not implemented for parallel.backend = "
