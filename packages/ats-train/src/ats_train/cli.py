@@ -3,6 +3,7 @@
     ats-train [--config run.toml] [--run-dir DIR] [key=value ...]
     ats-train plot RUN_DIR
     ats-train plan --flops 1e20 [--law approach1|parametric] [--preset NAME]
+    ats-train merge-adapter --model DIR --adapter DIR --out DIR
 
 Bad input (config typo, missing data, unwritable run dir, a checkpoint of another model, a run
 dir another ats-train holds) exits with status 2 and one line on stderr; nothing already in the
@@ -26,10 +27,13 @@ from ats_tokenizer.hf_json import TokenizerFileError
 
 from ats_train.checkpoint import CheckpointError
 from ats_train.config import ConfigError, load_config
+from ats_train.errors import InputError
 from ats_train.run_lock import RunDirInUse
 
 # what bad input raises (one line, exit 2); anything else is a bug and keeps its traceback
-USER_ERRORS = (ConfigError, CheckpointError, DataError, TokenizerFileError, RunDirInUse, OSError)
+USER_ERRORS = (
+    ConfigError, CheckpointError, DataError, TokenizerFileError, RunDirInUse, OSError, InputError,
+)  # fmt: skip
 
 
 def _train_parser() -> argparse.ArgumentParser:
@@ -90,7 +94,7 @@ def train(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
-    command = argv[0] if argv[:1] in (["plot"], ["plan"]) else "train"
+    command = argv[0] if argv[:1] in (["plot"], ["plan"], ["merge-adapter"]) else "train"
     try:
         if command == "plot":
             from ats_train.plot import plot_run
@@ -101,6 +105,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ats_train.planning.plan_cli import plan_parser, plan_report
 
             print("\n".join(plan_report(plan_parser().parse_args(argv[1:]))))
+        elif command == "merge-adapter":
+            from ats_train.adapters.merge_cli import merge_adapter, merge_parser
+
+            args = merge_parser().parse_args(argv[1:])
+            print(f"wrote {merge_adapter(args.model, args.adapter, args.out)}")
         else:
             train(_train_parser().parse_args(argv))
     except USER_ERRORS as e:

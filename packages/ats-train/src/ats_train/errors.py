@@ -5,3 +5,8 @@ raise it, and the CLI turns it into one line and exit code 2 (internal bugs keep
 
 class ConfigError(ValueError):
     """A config file, override or value that cannot be used; the message names key and value."""
+
+
+class InputError(ValueError):
+    """A model or adapter directory given to a command that cannot be used (an adapter for another
+    model shape, a corrupt file); the message names the file and what is wrong."""
