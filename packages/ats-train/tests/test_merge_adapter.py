@@ -74,8 +74,16 @@ def test_never_writes_over_or_into_an_input(dirs, tmp_path: Path, capsys, target
 def test_adapter_for_another_model_exits_2_naming_the_field(dirs, tmp_path: Path, capsys) -> None:
     _, adapter, _, _ = dirs
     other = build_model(
-        ModelConfig(family="dense", vocab_size=31, dim=8, n_layer=2, n_head=2, n_kv_head=1,
-                    ffn_dim=12, max_seq_len=32)  # fmt: skip
+        ModelConfig(
+            family="dense",
+            vocab_size=31,
+            dim=8,
+            n_layer=2,
+            n_head=2,
+            n_kv_head=1,
+            ffn_dim=12,
+            max_seq_len=32,
+        )  # fmt: skip
     )
     save_pretrained(other, tmp_path / "other")
     code = main(["merge-adapter", "--model", str(tmp_path / "other"), "--adapter", str(adapter),

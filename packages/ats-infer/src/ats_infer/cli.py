@@ -1,6 +1,6 @@
 """ats-infer command line:
 
-    ats-infer generate MODEL_DIR --prompt TEXT [--engine auto|native|torch] [--threads N] ...
+    ats-infer generate MODEL_DIR --prompt TEXT [--engine auto|native|torch] [--adapter DIR] ...
     ats-infer quantize MODEL_DIR --bits 8|4 [--group-size 32|64|128] --out DIR [--force]
                        [--method rtn|gptq|quanto] [--calib FILE|stdlib] [--calib-samples N]
     ats-infer export-gguf MODEL_DIR --out FILE [--outtype f32|f16|q8_0|q4_0] [--force]
@@ -41,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--engine", choices=ENGINES, default="auto")
     gen.add_argument("--threads", type=int, default=0, help="compute threads (0 = all cores)")
     gen.add_argument("--device", default="cpu", help="torch engine only")
+    gen.add_argument("--adapter", default=None, help="adapter directory (torch engine)")
 
     quant = commands.add_parser("quantize", help="write an int8 or int4 copy of a model directory")
     quant.add_argument("model_dir", help="float model directory")
@@ -90,7 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _generate(args: argparse.Namespace) -> None:
-    engine = load_engine(args.model_dir, args.engine, device=args.device, threads=args.threads)
+    engine = load_engine(
+        args.model_dir, args.engine, device=args.device, threads=args.threads, adapter=args.adapter
+    )
     for piece in engine.generate(
         args.prompt,
         max_new_tokens=args.max_new_tokens,

@@ -1,5 +1,5 @@
 """The torch engine: ats-model's own forward and generate() over a float or optimum-quanto model
-directory."""
+directory, optionally with an adapter directory applied (LoRA or router weights, not merged)."""
 
 from collections.abc import Iterator
 from pathlib import Path
@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from ats_model import generate, load_pretrained
+from ats_model.adapters import load_adapter
 from ats_tokenizer import Tokenizer
 
 from ats_infer.engine_args import check_sampling, check_seed, check_threads
@@ -17,7 +18,9 @@ from ats_infer.torch_batch import TorchBatch
 
 
 class TorchEngine:
-    def __init__(self, model_dir: Path, device: str = "cpu", threads: int = 0) -> None:
+    def __init__(
+        self, model_dir: Path, device: str = "cpu", threads: int = 0, adapter: Path | None = None
+    ) -> None:
         check_threads(threads)
         tokenizer_path = model_dir / "tokenizer.json"
         if not tokenizer_path.is_file():
@@ -31,6 +34,8 @@ class TorchEngine:
             self.model = load_quanto(model_dir, device=device)
         else:
             self.model = load_pretrained(model_dir, device=device)
+        if adapter is not None:  # applied, not merged: the base weights stay as saved
+            load_adapter(self.model, adapter)
         self.model.eval()
         self.device = device
         self.vocab_size: int = self.model.config.vocab_size

@@ -13,6 +13,7 @@ def add_serve_parser(commands) -> None:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--engine", choices=[e for e in ENGINES if e != "auto"], default="native")
     p.add_argument("--device", default="cpu", help="torch engine only")
+    p.add_argument("--adapter", default=None, help="adapter directory (torch engine)")
     p.add_argument("--threads", type=int, default=0, help="compute threads (0 = all cores)")
     p.add_argument("--slots", type=int, default=8, help="requests decoded together")
     p.add_argument(
