@@ -40,6 +40,18 @@ class Engine(Protocol):
         stop: list[str],
     ): ...
 
+    def generate_tokens(
+        self,
+        ids: list[int],
+        max_new_tokens: int,
+        stop_tokens: tuple[int, ...],
+        *,
+        temperature: float,
+        top_k: int | None,
+        top_p: float | None,
+        seed: int | None,
+    ): ...
+
 
 def _installed(*modules: str) -> bool:
     return all(importlib.util.find_spec(name) is not None for name in modules)

@@ -66,6 +66,24 @@ class TorchEngine:
         check_seed(seed)
         check_sampling(max_new_tokens, temperature, top_k, top_p)
         ids = encode_prompt(self.tokenizer, prompt, self.model.config.vocab_size)
+        sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+        tokens = self.generate_tokens(ids, max_new_tokens, (self.tokenizer.eos_id,), **sampling)
+        yield from stream_text(self.tokenizer, tokens, stop)
+
+    def generate_tokens(
+        self,
+        ids: list[int],
+        max_new_tokens: int,
+        stop_tokens: tuple[int, ...],
+        *,
+        temperature: float,
+        top_k: int | None,
+        top_p: float | None,
+        seed: int | None,
+    ) -> list[int]:
+        """The new token ids after prompt `ids`, up to and including the first stop token."""
+        check_seed(seed)
+        check_sampling(max_new_tokens, temperature, top_k, top_p)
         idx = torch.tensor([ids], dtype=torch.long, device=self.device)
         out = generate(
             self.model,
@@ -75,6 +93,7 @@ class TorchEngine:
             top_k=top_k,
             top_p=top_p,
             seed=seed,
-            stop_tokens=[self.tokenizer.eos_id],
-        )
-        yield from stream_text(self.tokenizer, out[0, len(ids) :].tolist(), stop)
+            stop_tokens=list(stop_tokens),
+        )[0, len(ids) :].tolist()
+        ends = [i for i, t in enumerate(out) if t in stop_tokens]
+        return out[: ends[0] + 1] if ends else out
