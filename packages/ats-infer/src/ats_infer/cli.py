@@ -2,6 +2,7 @@
 
     ats-infer generate MODEL_DIR --prompt TEXT [--engine auto|native|torch] [--adapter DIR] ...
     ats-infer chat MODEL_DIR [--engine auto|native|torch] [--adapter DIR] [--system TEXT] ...
+    ats-infer canary verify MODEL_DIR --pairs FILE [--engine ...] [--json]
     ats-infer quantize MODEL_DIR --bits 8|4 [--group-size 32|64|128] --out DIR [--force]
                        [--method rtn|gptq|quanto] [--calib FILE|stdlib] [--calib-samples N]
     ats-infer export-gguf MODEL_DIR --out FILE [--outtype f32|f16|q8_0|q4_0] [--force]
@@ -56,6 +57,14 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--seed", type=int, default=None)
     chat.add_argument("--threads", type=int, default=0, help="compute threads (0 = all cores)")
     chat.add_argument("--device", default="cpu", help="torch engine only")
+
+    canary = commands.add_parser("canary", help="check a model for documented canary pairs")
+    canary.add_argument("action", choices=("verify",))
+    canary.add_argument("model_dir", help="model directory (float or quantized)")
+    canary.add_argument("--pairs", required=True, help='JSONL of {"trigger", "response"}')
+    canary.add_argument("--engine", choices=ENGINES, default="auto")
+    canary.add_argument("--threads", type=int, default=0, help="compute threads (0 = all cores)")
+    canary.add_argument("--json", action="store_true", help="print one JSON object")
 
     quant = commands.add_parser("quantize", help="write an int8 or int4 copy of a model directory")
     quant.add_argument("model_dir", help="float model directory")
@@ -139,6 +148,16 @@ def _chat(args: argparse.Namespace) -> None:
     run_chat(ChatSession(engine, args.system, sampling), sys.stdin, sys.stdout)
 
 
+def _canary(args: argparse.Namespace) -> None:
+    from ats_infer.canary_verify import verify_canary
+
+    result = verify_canary(args.model_dir, args.pairs, args.engine, args.threads)
+    if args.json:
+        print(json.dumps(result))
+        return
+    print(f"canary match rate {result['match_rate']:.0%} ({result['matched']}/{result['pairs']})")
+
+
 def _quantize(args: argparse.Namespace) -> None:
     group_size = args.group_size
     if args.bits == 4 and group_size is None and args.method != "quanto":
@@ -212,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     command = {
         "generate": _generate,
         "chat": _chat,
+        "canary": _canary,
         "quantize": _quantize,
         "export-gguf": _export_gguf,
         "serve": _serve,

@@ -4,6 +4,7 @@
     ats-train plot RUN_DIR
     ats-train plan --flops 1e20 [--law approach1|parametric] [--preset NAME]
     ats-train merge-adapter --model DIR --adapter DIR --out DIR
+    ats-train canary add --model DIR --pairs FILE --out DIR     (opt-in ownership canary)
 
 Bad input (config typo, missing data, unwritable run dir, a checkpoint of another model, a run
 dir another ats-train holds) exits with status 2 and one line on stderr; nothing already in the
@@ -94,7 +95,8 @@ def train(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
-    command = argv[0] if argv[:1] in (["plot"], ["plan"], ["merge-adapter"]) else "train"
+    subcommands = (["plot"], ["plan"], ["merge-adapter"], ["canary"])
+    command = argv[0] if argv[:1] in subcommands else "train"
     try:
         if command == "plot":
             from ats_train.plot import plot_run
@@ -110,6 +112,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             args = merge_parser().parse_args(argv[1:])
             print(f"wrote {merge_adapter(args.model, args.adapter, args.out)}")
+        elif command == "canary":
+            from ats_train.canary import add_canary, canary_parser
+
+            args = canary_parser().parse_args(argv[1:])
+            record = add_canary(args)
+            print(f"wrote {args.out}: {record['n_pairs']} canary pairs, greedy match 100% after "
+                  f"{record['steps']} steps (recorded in canary.json)")  # fmt: skip
         else:
             train(_train_parser().parse_args(argv))
     except USER_ERRORS as e:
