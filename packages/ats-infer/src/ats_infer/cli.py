@@ -199,6 +199,8 @@ def _serve(args: argparse.Namespace) -> None:
     from ats_infer.serve.server import serve
 
     serve(args)
+
+
 def _eval_ppl(args: argparse.Namespace) -> None:
     result = eval_ppl(
         args.model_dir,
