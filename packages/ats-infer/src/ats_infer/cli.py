@@ -1,6 +1,8 @@
 """ats-infer command line:
 
-    ats-infer generate MODEL_DIR --prompt TEXT [--engine auto|native|torch] [--threads N] ...
+    ats-infer generate MODEL_DIR --prompt TEXT [--engine auto|native|torch] [--adapter DIR] ...
+    ats-infer chat MODEL_DIR [--engine auto|native|torch] [--adapter DIR] [--system TEXT] ...
+    ats-infer canary verify MODEL_DIR --pairs FILE [--engine ...] [--json]
     ats-infer quantize MODEL_DIR --bits 8|4 [--group-size 32|64|128] --out DIR [--force]
                        [--method rtn|gptq|quanto] [--calib FILE|stdlib] [--calib-samples N]
     ats-infer export-gguf MODEL_DIR --out FILE [--outtype f32|f16|q8_0|q4_0] [--force]
@@ -45,6 +47,32 @@ def build_parser() -> argparse.ArgumentParser:
         default="cpu",
         help="cpu, cuda (native engine: a build with ATS_CUDA=ON), or a torch device",
     )
+    gen.add_argument("--adapter", default=None, help="adapter directory (torch engine)")
+
+    chat = commands.add_parser("chat", help="chat with a model in the terminal (ChatML)")
+    chat.add_argument("model_dir", help="model directory whose tokenizer has the ChatML tokens")
+    chat.add_argument("--engine", choices=ENGINES, default="auto")
+    chat.add_argument("--adapter", default=None, help="adapter directory (torch engine)")
+    chat.add_argument("--system", default=None, help="system prompt")
+    chat.add_argument("--max-new-tokens", type=int, default=256, help="per reply")
+    chat.add_argument("--temperature", type=float, default=0.7, help="0 means greedy")
+    chat.add_argument("--top-k", type=int, default=None)
+    chat.add_argument("--top-p", type=float, default=None)
+    chat.add_argument("--seed", type=int, default=None)
+    chat.add_argument("--threads", type=int, default=0, help="compute threads (0 = all cores)")
+    chat.add_argument(
+        "--device",
+        default="cpu",
+        help="cpu, cuda (native engine: a build with ATS_CUDA=ON), or a torch device",
+    )
+
+    canary = commands.add_parser("canary", help="check a model for documented canary pairs")
+    canary.add_argument("action", choices=("verify",))
+    canary.add_argument("model_dir", help="model directory (float or quantized)")
+    canary.add_argument("--pairs", required=True, help='JSONL of {"trigger", "response"}')
+    canary.add_argument("--engine", choices=ENGINES, default="auto")
+    canary.add_argument("--threads", type=int, default=0, help="compute threads (0 = all cores)")
+    canary.add_argument("--json", action="store_true", help="print one JSON object")
 
     quant = commands.add_parser("quantize", help="write an int8 or int4 copy of a model directory")
     quant.add_argument("model_dir", help="float model directory")
@@ -98,7 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _generate(args: argparse.Namespace) -> None:
-    engine = load_engine(args.model_dir, args.engine, device=args.device, threads=args.threads)
+    engine = load_engine(
+        args.model_dir, args.engine, device=args.device, threads=args.threads, adapter=args.adapter
+    )
     for piece in engine.generate(
         args.prompt,
         max_new_tokens=args.max_new_tokens,
@@ -111,6 +141,33 @@ def _generate(args: argparse.Namespace) -> None:
         sys.stdout.write(piece)
         sys.stdout.flush()
     sys.stdout.write("\n")
+
+
+def _chat(args: argparse.Namespace) -> None:
+    from ats_infer.terminal_chat import ChatSession, require_chat_tokens, run_chat
+
+    engine = load_engine(
+        args.model_dir, args.engine, device=args.device, threads=args.threads, adapter=args.adapter
+    )
+    require_chat_tokens(engine, args.model_dir)
+    sampling = {
+        "max_new_tokens": args.max_new_tokens,
+        "temperature": args.temperature,
+        "top_k": args.top_k,
+        "top_p": args.top_p,
+        "seed": args.seed,
+    }
+    run_chat(ChatSession(engine, args.system, sampling), sys.stdin, sys.stdout)
+
+
+def _canary(args: argparse.Namespace) -> None:
+    from ats_infer.canary_verify import verify_canary
+
+    result = verify_canary(args.model_dir, args.pairs, args.engine, args.threads)
+    if args.json:
+        print(json.dumps(result))
+        return
+    print(f"canary match rate {result['match_rate']:.0%} ({result['matched']}/{result['pairs']})")
 
 
 def _quantize(args: argparse.Namespace) -> None:
@@ -187,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     logger.setLevel(logging.INFO)
     command = {
         "generate": _generate,
+        "chat": _chat,
+        "canary": _canary,
         "quantize": _quantize,
         "export-gguf": _export_gguf,
         "serve": _serve,

@@ -7,6 +7,10 @@ An engine turns a model directory (config.json + safetensors + tokenizer.json) i
             is installed, else torch when torch and ats-model are, else an error saying what to
             install
 ats-infer itself imports neither torch nor ats_native at module level.
+
+An adapter (`--adapter DIR`, ats-model adapter directory: LoRA or router weights) is applied on
+the torch engine at load, without merging; the native engine refuses one (it reads the model
+directory in C++): merge it first with `ats-train merge-adapter`.
 """
 
 import importlib.util
@@ -34,6 +38,18 @@ class Engine(Protocol):
         top_p: float | None,
         seed: int | None,
         stop: list[str],
+    ): ...
+
+    def generate_tokens(
+        self,
+        ids: list[int],
+        max_new_tokens: int,
+        stop_tokens: tuple[int, ...],
+        *,
+        temperature: float,
+        top_k: int | None,
+        top_p: float | None,
+        seed: int | None,
     ): ...
 
 
@@ -83,12 +99,20 @@ def engine_for(model_dir: str | Path, engine: str) -> str:
 
 
 def load_engine(
-    model_dir: str | Path, engine: str = "auto", device: str = "cpu", threads: int = 0
+    model_dir: str | Path,
+    engine: str = "auto",
+    device: str = "cpu",
+    threads: int = 0,
+    adapter: str | Path | None = None,
 ) -> Engine:
-    """An engine over `model_dir`; `threads` = compute threads (0 = all cores / torch default)."""
+    """An engine over `model_dir`; `threads` = compute threads (0 = all cores / torch default);
+    `adapter` an adapter directory applied on the torch engine (module docstring)."""
     model_dir = Path(model_dir)
     require_model_dir(model_dir)
-    chosen = engine_for(model_dir, engine)
+    if adapter is not None:
+        chosen = engine_for_adapter(model_dir, engine)
+    else:
+        chosen = engine_for(model_dir, engine)
     if chosen == "native":
         if device not in ("cpu", "cuda"):
             raise ValueError(f"device {device!r}: the native engine runs on 'cpu' or 'cuda'")
@@ -104,4 +128,24 @@ def load_engine(
         )
     from ats_infer.torch_engine import TorchEngine
 
-    return TorchEngine(model_dir, device=device, threads=threads)
+    return TorchEngine(model_dir, device=device, threads=threads, adapter=adapter)
+
+
+def engine_for_adapter(model_dir: Path, engine: str) -> str:
+    """The torch engine, which applies an adapter without merging; native and quantized
+    directories are refused with what to do instead."""
+    if engine == "native":
+        raise ValueError(
+            "--adapter runs on the torch engine only (the native engine reads a model directory "
+            "as saved): use --engine torch, or merge the adapter first with "
+            "`ats-train merge-adapter --model DIR --adapter DIR --out DIR`"
+        )
+    if path_kind(model_dir / QUANTO_FILE) != "missing" or open_model_dir(model_dir).quantization:
+        raise ValueError(
+            f"{model_dir}: is a quantized directory; an adapter applies to float weights: merge "
+            "it into the float model (ats-train merge-adapter), then quantize the result"
+        )
+    chosen = resolve_engine("torch")
+    if engine == "auto":
+        log.info("engine auto -> torch (--adapter)")
+    return chosen

@@ -48,14 +48,30 @@ class NativeEngine:
         check_seed(seed)
         check_sampling(max_new_tokens, temperature, top_k, top_p)
         ids = encode_prompt(self.tokenizer, prompt, self.model.vocab_size)
-        eos = self.tokenizer.eos_id
-        tokens = self.model.generate(
+        sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+        tokens = self.generate_tokens(ids, max_new_tokens, (self.tokenizer.eos_id,), **sampling)
+        yield from stream_text(self.tokenizer, tokens, stop)
+
+    def generate_tokens(
+        self,
+        ids: list[int],
+        max_new_tokens: int,
+        stop_tokens: tuple[int, ...],
+        *,
+        temperature: float,
+        top_k: int | None,
+        top_p: float | None,
+        seed: int | None,
+    ) -> Iterator[int]:
+        """The new token ids after prompt `ids`, as the runtime yields them, the stop token last."""
+        check_seed(seed)
+        check_sampling(max_new_tokens, temperature, top_k, top_p)
+        return self.model.generate(
             ids,
             max_new_tokens,
             temperature=temperature,
             top_k=0 if top_k is None else top_k,  # the runtime's "off" values
             top_p=1.0 if top_p is None else top_p,
             seed=0 if seed is None else seed,
-            stop_tokens=(eos,),
+            stop_tokens=stop_tokens,
         )
-        yield from stream_text(self.tokenizer, tokens, stop)

@@ -1,5 +1,5 @@
 """The torch engine: ats-model's own forward and generate() over a float or optimum-quanto model
-directory."""
+directory, optionally with an adapter directory applied (LoRA or router weights, not merged)."""
 
 from collections.abc import Iterator
 from pathlib import Path
@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from ats_model import generate, load_pretrained
+from ats_model.adapters import load_adapter
 from ats_tokenizer import Tokenizer
 
 from ats_infer.engine_args import check_sampling, check_seed, check_threads
@@ -17,7 +18,9 @@ from ats_infer.torch_batch import TorchBatch
 
 
 class TorchEngine:
-    def __init__(self, model_dir: Path, device: str = "cpu", threads: int = 0) -> None:
+    def __init__(
+        self, model_dir: Path, device: str = "cpu", threads: int = 0, adapter: Path | None = None
+    ) -> None:
         check_threads(threads)
         tokenizer_path = model_dir / "tokenizer.json"
         if not tokenizer_path.is_file():
@@ -31,6 +34,8 @@ class TorchEngine:
             self.model = load_quanto(model_dir, device=device)
         else:
             self.model = load_pretrained(model_dir, device=device)
+        if adapter is not None:  # applied, not merged: the base weights stay as saved
+            load_adapter(self.model, adapter)
         self.model.eval()
         self.device = device
         self.vocab_size: int = self.model.config.vocab_size
@@ -61,6 +66,24 @@ class TorchEngine:
         check_seed(seed)
         check_sampling(max_new_tokens, temperature, top_k, top_p)
         ids = encode_prompt(self.tokenizer, prompt, self.model.config.vocab_size)
+        sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+        tokens = self.generate_tokens(ids, max_new_tokens, (self.tokenizer.eos_id,), **sampling)
+        yield from stream_text(self.tokenizer, tokens, stop)
+
+    def generate_tokens(
+        self,
+        ids: list[int],
+        max_new_tokens: int,
+        stop_tokens: tuple[int, ...],
+        *,
+        temperature: float,
+        top_k: int | None,
+        top_p: float | None,
+        seed: int | None,
+    ) -> list[int]:
+        """The new token ids after prompt `ids`, up to and including the first stop token."""
+        check_seed(seed)
+        check_sampling(max_new_tokens, temperature, top_k, top_p)
         idx = torch.tensor([ids], dtype=torch.long, device=self.device)
         out = generate(
             self.model,
@@ -70,6 +93,7 @@ class TorchEngine:
             top_k=top_k,
             top_p=top_p,
             seed=seed,
-            stop_tokens=[self.tokenizer.eos_id],
-        )
-        yield from stream_text(self.tokenizer, out[0, len(ids) :].tolist(), stop)
+            stop_tokens=list(stop_tokens),
+        )[0, len(ids) :].tolist()
+        ends = [i for i, t in enumerate(out) if t in stop_tokens]
+        return out[: ends[0] + 1] if ends else out

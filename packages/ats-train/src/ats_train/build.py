@@ -10,6 +10,7 @@ import torch
 from ats_model import ModelConfig, build_model, count_params, flops_per_token
 from ats_model.serialization.model_dir import read_config
 
+from ats_train.adapters.trainable import apply_trainable
 from ats_train.attention_backend import AttentionShape, choose_attention_backend
 from ats_train.backends import Backend, build_backend
 from ats_train.batch_geometry import BatchGeometry
@@ -149,6 +150,7 @@ def _build(
     if start is not None:
         raw_model.load_state_dict(start.initial_state())  # a checkpoint, if any, replaces it
         post = PostSetup(config, start)  # every row read and checked
+    trainable = apply_trainable(raw_model, config)  # LoRA / frozen weights: before the optimizer
     model = apply_training_wrappers(raw_model, train)
     optimizer = build_optimizer(raw_model, config.optim, device)
     model, optimizer = backend.wrap(model, optimizer)  # then sharding (fsdp2), after the wrappers
@@ -199,6 +201,7 @@ def _build(
     trainer.metrics.message(data.note)
     if start is not None and start.message:
         trainer.metrics.message(start.message)
+    trainer.metrics.message(trainable)
     trainer.metrics.message(attention.describe())
     total, active = count_params(model_config)
     trainer.metrics.message(

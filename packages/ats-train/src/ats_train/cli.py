@@ -4,6 +4,8 @@
     ats-train sft | dpo | grpo --config x.toml --run-dir DIR [key=value ...]
     ats-train plot RUN_DIR
     ats-train plan --flops 1e20 [--law approach1|parametric] [--preset NAME]
+    ats-train merge-adapter --model DIR --adapter DIR --out DIR
+    ats-train canary add --model DIR --pairs FILE --out DIR     (opt-in ownership canary)
 
 Bad input (config typo, missing data, unwritable run dir, a checkpoint of another model, a run
 dir another ats-train holds) exits with status 2 and one line on stderr; nothing already in the
@@ -23,11 +25,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ats_data.errors import DataError
+from ats_tokenizer.canary_pairs import CanaryPairsError
 from ats_tokenizer.hf_json import TokenizerFileError
 
 from ats_train.checkpoint import CheckpointError
 from ats_train.config import ConfigError, load_config
-from ats_train.errors import RewardError
+from ats_train.errors import InputError, RewardError
 from ats_train.run_lock import RunDirInUse
 
 # what bad input raises (one line, exit 2); anything else is a bug and keeps its traceback
@@ -39,6 +42,8 @@ USER_ERRORS = (
     RunDirInUse,
     OSError,
     RewardError,
+    InputError,
+    CanaryPairsError,
 )
 
 
@@ -106,7 +111,8 @@ def train(args: argparse.Namespace, objective: str | None = None) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
-    command = argv[0] if argv[:1] and argv[0] in ("plot", "plan", *POST_TRAINING) else "train"
+    subcommands = ("plot", "plan", "merge-adapter", "canary", *POST_TRAINING)
+    command = argv[0] if argv[:1] and argv[0] in subcommands else "train"
     try:
         if command == "plot":
             from ats_train.plot import plot_run
@@ -121,6 +127,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser = _train_parser()
             parser.prog = f"ats-train {command}"
             train(parser.parse_args(argv[1:]), command)
+        elif command == "merge-adapter":
+            from ats_train.adapters.merge_cli import merge_adapter, merge_parser
+
+            args = merge_parser().parse_args(argv[1:])
+            print(f"wrote {merge_adapter(args.model, args.adapter, args.out)}")
+        elif command == "canary":
+            from ats_train.canary import add_canary, canary_parser
+
+            args = canary_parser().parse_args(argv[1:])
+            record = add_canary(args)
+            print(f"wrote {args.out}: {record['n_pairs']} canary pairs, greedy match 100% after "
+                  f"{record['steps']} steps (recorded in canary.json)")  # fmt: skip
         else:
             train(_train_parser().parse_args(argv))
     except USER_ERRORS as e:

@@ -10,3 +10,8 @@ class ConfigError(ValueError):
 class RewardError(ValueError):
     """A GRPO reward function raised, or returned something that is not one finite number per
     completion (objectives/rewards.py)."""
+
+
+class InputError(ValueError):
+    """A model or adapter directory given to a command that cannot be used (an adapter for another
+    model shape, a corrupt file); the message names the file and what is wrong."""

@@ -22,6 +22,7 @@ from ats_data.loader import TokenLoader, split_windows
 from ats_model import generate
 from torch import nn
 
+from ats_train.adapters.export import export_adapter
 from ats_train.attention_backend import AttentionBackend
 from ats_train.backends import Backend
 from ats_train.batch_geometry import BatchGeometry
@@ -399,7 +400,9 @@ class Trainer:
         model_state = self.backend.model_state(self.raw_model)
         path = self.run_dir / "model"
         if self.backend.is_main:
-            write_model_dir(self.raw_model, model_state, path, self.data.tokenizer_path)
+            # with train.trainable = lora | routers, run_dir/adapter too; LoRA merged into model
+            state = export_adapter(self.config, self.raw_model, model_state, self.run_dir)
+            write_model_dir(self.raw_model, state, path, self.data.tokenizer_path)
         self.backend.barrier()
         return path
 

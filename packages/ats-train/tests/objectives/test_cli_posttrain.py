@@ -166,3 +166,18 @@ def test_chat_tokens_are_added_explicitly(tmp_path, rows_file, capsys) -> None:
     saved = json.loads((run / "model" / "tokenizer.json").read_text())
     added = {t["content"]: t["id"] for t in saved["added_tokens"]}
     assert added["<|im_start|>"] == old.shape[0] and added["<|im_end|>"] == old.shape[0] + 1
+
+
+def test_dpo_under_lora_scores_the_reference_with_the_adapter_off(
+    base_model, rows_file, tmp_path
+) -> None:
+    """train.trainable = lora: the reference is the training model with its adapters disabled
+    (no second model); before the first update the policy is that reference, so every reward is
+    exactly 0, and after updates the rewards move."""
+    run = tmp_path / "run"
+    overrides = post_overrides(base_model, rows_file("dpo"), train__trainable="lora")
+    assert main(["dpo", "--run-dir", str(run), *overrides, "optim.lr=0.05"]) == 0
+    train = _train(read_metrics(run))
+    assert train[1]["rewards/chosen"] == 0.0 and train[1]["rewards/rejected"] == 0.0
+    assert any(r["rewards/margins"] != 0.0 for r in train.values())
+    assert (run / "adapter" / "adapter_config.json").is_file()

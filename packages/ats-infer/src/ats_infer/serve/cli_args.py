@@ -17,6 +17,7 @@ def add_serve_parser(commands) -> None:
         default="cpu",
         help="cpu, cuda (native engine: a build with ATS_CUDA=ON), or a torch device",
     )
+    p.add_argument("--adapter", default=None, help="adapter directory (torch engine)")
     p.add_argument("--threads", type=int, default=0, help="compute threads (0 = all cores)")
     p.add_argument("--slots", type=int, default=8, help="requests decoded together")
     p.add_argument(

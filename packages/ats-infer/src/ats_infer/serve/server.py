@@ -43,13 +43,16 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         request_timeout=args.request_timeout,
         max_body_bytes=args.max_body_bytes,
         shutdown_timeout=args.shutdown_timeout,
+        adapter=args.adapter,
     )
 
 
 def load_model(state: ServerState) -> None:
     """The engine, its batch and the scheduler thread; then the server is ready."""
     s = state.settings
-    engine = load_engine(s.model_dir, s.engine, device=s.device, threads=s.threads)
+    engine = load_engine(
+        s.model_dir, s.engine, device=s.device, threads=s.threads, adapter=s.adapter
+    )
     state.engine = engine
     state.tokenizer = engine.tokenizer
     state.vocab_size = engine.vocab_size

@@ -25,6 +25,7 @@ class Settings:
     request_timeout: float = 600.0  # seconds
     max_body_bytes: int = 1 << 20
     shutdown_timeout: float = 30.0
+    adapter: str | None = None  # adapter directory applied by the torch engine
 
 
 @dataclass

@@ -9,7 +9,8 @@ parameters: names and checkpoints do not change), and kernels.rope_qkv splits an
 output: the input gradient is then one GEMM over one (B, T, width) gradient instead of three GEMMs
 and a sum. Without gradients (inference, evaluation) there is no backward to pay for the
 concatenation, which copies every weight per call (at decode, most of the cost): the three
-projections run on the weights in place.
+projections run on the weights in place. LoRA adapters on wq/wk/wv (layers/lora.py) add their
+output to the fused GEMM's.
 """
 
 import torch
@@ -19,6 +20,7 @@ from torch import nn
 
 from ats_model.config import ModelConfig
 from ats_model.layers.kv_cache import KVLayer
+from ats_model.layers.lora import fused_lora_delta
 
 
 def causal_mask(q_slots: torch.Tensor, key_valid: torch.Tensor) -> torch.Tensor:
@@ -74,9 +76,11 @@ class Attention(nn.Module):
         if self.fused and torch.is_grad_enabled():
             wqkv = torch.cat([self.wq.weight, self.wk.weight, self.wv.weight])  # ((nh+2nkv) hd, C)
             # q (B, nh, T, hd) and k (B, nkv, T, hd) rotated, v (B, nkv, T, hd)
-            q, k, v = self.kernels.rope_qkv(
-                F.linear(x, wqkv), cos, sin, self.n_head, self.n_kv_head
-            )
+            qkv = F.linear(x, wqkv)  # (B, T, (nh+2nkv) hd)
+            lora = fused_lora_delta((self.wq, self.wk, self.wv), x)
+            if lora is not None:
+                qkv = qkv + lora
+            q, k, v = self.kernels.rope_qkv(qkv, cos, sin, self.n_head, self.n_kv_head)
         else:
             q = self.wq(x).view(B, T, self.n_head, self.head_dim).transpose(1, 2)
             k = self.wk(x).view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)

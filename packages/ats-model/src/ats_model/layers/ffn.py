@@ -4,13 +4,16 @@ With `fused` set (ats-train sets it, Transformer.fuse_projections) and gradients
 run as one GEMM over w13 = [w1; w3], concatenated per forward (the weights stay two parameters:
 names and checkpoints do not change). Its input gradient is then one GEMM instead of two plus an
 add, and the activation's gradient comes back as one tensor (swiglu_packed). Without gradients
-the two projections run on the weights in place (see attention.py).
+the two projections run on the weights in place (see attention.py). LoRA adapters on w1/w3
+(layers/lora.py) add their output to the fused GEMM's.
 """
 
 import torch
 import torch.nn.functional as F
 from ats_kernels import KernelSet
 from torch import nn
+
+from ats_model.layers.lora import fused_lora_delta
 
 
 class SwiGLUFFN(nn.Module):
@@ -34,7 +37,11 @@ class SwiGLUFFN(nn.Module):
             h = self.kernels.swiglu(self.w1(x), self.w3(x))
         else:
             w13 = torch.cat([self.w1.weight, self.w3.weight])  # (2F, C)
-            h = self.kernels.swiglu_packed(F.linear(x, w13))  # (..., 2F) -> (..., F)
+            h13 = F.linear(x, w13)  # (..., 2F)
+            lora = fused_lora_delta((self.w1, self.w3), x)
+            if lora is not None:
+                h13 = h13 + lora
+            h = self.kernels.swiglu_packed(h13)  # (..., 2F) -> (..., F)
         if self.training and self.dropout > 0:
             h = F.dropout(h, self.dropout)
         return self.w2(h)

@@ -19,6 +19,7 @@ from torch import nn
 
 from ats_model.config import ModelConfig
 from ats_model.layers.ffn import SwiGLUFFN
+from ats_model.layers.lora import ExpertsLoRA
 
 
 class MoERecord(NamedTuple):
@@ -69,6 +70,7 @@ class Experts(nn.Module):
         self.w2 = nn.Parameter(torch.empty(n_experts, dim, hidden))
         # on the hidden activations, in training only (ModelConfig.ffn_dropout)
         self.dropout = dropout
+        self.lora: ExpertsLoRA | None = None  # per-expert LoRA updates (adapters/lora.py sets it)
 
     def forward(self, x_sorted: torch.Tensor, per_expert: torch.Tensor) -> torch.Tensor:
         """x_sorted (M, C) rows grouped by expert, per_expert (E,) rows per group -> (M, C)."""
@@ -77,8 +79,11 @@ class Experts(nn.Module):
             keep = 1.0 - self.dropout
             rows, hidden = x_sorted.shape[0], self.w1.shape[1]
             scale = torch.empty(rows, hidden, device=x_sorted.device).bernoulli_(keep).div_(keep)
+        w = {"w1": self.w1, "w3": self.w3, "w2": self.w2}
+        if self.lora is not None:
+            w = self.lora.add_to(w)
         return self.kernels.grouped_mlp(
-            x_sorted, per_expert, self.w1, self.w3, self.w2, hidden_scale=scale
+            x_sorted, per_expert, w["w1"], w["w3"], w["w2"], hidden_scale=scale
         )
 
     def init_weights(self, std: float, resid_std: float) -> None:

@@ -27,6 +27,7 @@ ZeroStage = Literal[1, 2, 3]  # deepspeed: 1 optimizer state, 2 + gradients, 3 +
 # colossalai runs only in the isolated env envs/colossalai (torch 2.5.1), on CUDA
 ColossalAIPlugin = Literal["low_level_zero"]
 KernelsName = Literal["auto", "reference", "triton"]  # ats_kernels.select()
+TrainableName = Literal["all", "lora", "routers"]  # train.trainable (adapters/trainable.py)
 # full: rank 0 writes the gathered optimizer state (resumes anywhere); sharded: every rank writes
 # its own shard (safetensors + JSON, or DeepSpeed's own ZeRO files): checkpoint_sharded.py
 CheckpointFormat = Literal["full", "sharded"]

@@ -17,6 +17,7 @@ from ats_train.config.choices import (
     ResidualStream,
     ScheduleName,
     SdpaBackendName,
+    TrainableName,
     check_choices,
     require,
 )
@@ -109,6 +110,9 @@ class TrainSection:
     # pretrain: next-token loss on the token stream; sft | dpo | grpo read TRL-format rows from
     # data.source and need model.init_from (objectives/)
     objective: Objective = "pretrain"
+    # which parameters train: all; lora (adapters from [lora] on frozen weights); routers (the
+    # MoE routers only). Both of the latter also write run_dir/adapter (adapters/export.py).
+    trainable: TrainableName = "all"
     sample_prompt: str = "def "
     sample_tokens: int = 64
 

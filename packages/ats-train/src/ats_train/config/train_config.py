@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from ats_train.adapters.settings import LoRASection
 from ats_train.config.choices import KernelsName, check_choices, require
 from ats_train.config.parallel import ParallelSection
 from ats_train.config.posttrain import DPOSection, GRPOSection, SFTSection
@@ -38,6 +39,7 @@ class TrainConfig:
     sft: SFTSection = field(default_factory=SFTSection)
     dpo: DPOSection = field(default_factory=DPOSection)
     grpo: GRPOSection = field(default_factory=GRPOSection)
+    lora: LoRASection = field(default_factory=LoRASection)  # with train.trainable = 'lora'
     kernels: KernelsName = "auto"  # ats_kernels.select(): chosen once when the model is built
 
     def __post_init__(self) -> None:
@@ -46,6 +48,11 @@ class TrainConfig:
             self._check_overlap_host()
         if self.train.objective != "pretrain":
             self._check_objective()
+        require(
+            self.train.trainable == "lora" or self.lora == LoRASection(),
+            f"lora.* is set but train.trainable = {self.train.trainable!r}; set "
+            "train.trainable = 'lora' to train an adapter",
+        )
         require(
             self.checkpoint.format == "full" or self.parallel.backend != "colossalai",
             "checkpoint.format = 'sharded' is not implemented for parallel.backend = "

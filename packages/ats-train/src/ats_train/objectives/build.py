@@ -27,7 +27,11 @@ from ats_train.objectives.batching import (
 from ats_train.objectives.dpo import DPOObjective, precompute_reference
 from ats_train.objectives.examples import check_length, dpo_pair, grpo_prompt, sft_sequence
 from ats_train.objectives.grpo import GRPOObjective, Sampling
-from ats_train.objectives.reference import FrozenReference
+from ats_train.objectives.reference import (
+    AdapterDisabledReference,
+    FrozenReference,
+    Reference,
+)
 from ats_train.objectives.rewards import resolve_reward
 from ats_train.objectives.sft import SFTObjective
 from ats_train.objectives.start import Start
@@ -70,6 +74,13 @@ class PostSetup:
         model.load_state_dict(self.start.initial_state())
         return model
 
+    def reference(self, raw_model: nn.Module, device: torch.device) -> Reference:
+        """LoRA trains adapters on frozen base weights: the model with its adapters off is the
+        initial policy, so no second model is built. Otherwise a frozen copy of init_from."""
+        if self.config.train.trainable == "lora":
+            return AdapterDisabledReference(raw_model)
+        return FrozenReference(self.reference_model(device))
+
     def build(
         self, raw_model: nn.Module, batch: BatchGeometry, rank: int, device: torch.device
     ) -> tuple[ExampleLoader, Objective]:
@@ -77,7 +88,7 @@ class PostSetup:
         if objective == "sft":
             return self._sft(batch, rank)
         if objective == "dpo":
-            return self._dpo(batch, rank, device)
+            return self._dpo(raw_model, batch, rank, device)
         return self._grpo(raw_model, batch, rank, device)
 
     def _loader(
@@ -119,7 +130,7 @@ class PostSetup:
         return self._loader(n, make, batch, rank), SFTObjective(val_batches)
 
     def _dpo(
-        self, batch: BatchGeometry, rank: int, device: torch.device
+        self, raw_model: nn.Module, batch: BatchGeometry, rank: int, device: torch.device
     ) -> tuple[ExampleLoader, Objective]:
         dpo, seq_len, pad = self.config.dpo, self.config.train.seq_len, self.tok.eos_id
         pairs = [dpo_pair(self.tok, r) for r in self.records]
@@ -128,7 +139,7 @@ class PostSetup:
                 check_length(len(side.ids), seq_len, p.where, "prompt + completion")
         train = [pairs[i] for i in self.train_index]
         val = [pairs[i] for i in _rank_share(self.val_index, rank, batch.world_size)]
-        reference = FrozenReference(self.reference_model(device))
+        reference: Reference | None = self.reference(raw_model, device)
         val_batches = [pair_batch(c, pad, None) for c in _chunks(val, EVAL_ROWS_PER_BATCH)]
         ref = None  # (P, 2) summed reference log-probs of the train pairs, when precomputed
         if dpo.reference == "precomputed":
@@ -168,7 +179,7 @@ class PostSetup:
         )
         sampling = Sampling(grpo.group_size, grpo.max_completion_tokens, grpo.temperature,
                             grpo.top_k, grpo.top_p, train.seed, rank)  # fmt: skip
-        reference = FrozenReference(self.reference_model(device)) if grpo.beta else None
+        reference = self.reference(raw_model, device) if grpo.beta else None
         index = self.train_index
 
         def make(rows: list[int]) -> Batch:
