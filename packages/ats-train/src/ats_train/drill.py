@@ -132,7 +132,6 @@ def run_drills(
     """The drills `names` on the tiny run `base` (TINY + the user's overrides), in run dirs under
     `out`: one fault-free run first, then each fault (and each persistent one again with the
     orchestrator off)."""
-    torch.manual_seed(0)
     clean = train_once(base, out / "clean")
     show(f"fault-free run: final val loss {clean:.4f}")
     results = []

@@ -63,6 +63,7 @@ class OrchestratorState(Protocol):
     stop_requested: bool
     settings: dict[str, Any]  # dotted config key -> value it was changed to
     eval_means: list[float]  # window-mean train loss at each evaluation
+    history: list[dict[str, Any]]  # every decision so far, oldest first
     flops_per_token: float
 
     def reset_window(self) -> None: ...

@@ -249,9 +249,12 @@ class Orchestrator:
 
     # ---- deciding ------------------------------------------------------------------------------
     def _since(self, name: str) -> list[dict[str, Any]]:
-        """The window's records after this kind's last decision and after the last change anyone
-        made (its fresh evidence)."""
-        last = max(self.last_fired.get(name, 0), self.last_change or 0)
+        """The window's records after this kind's last decision and, for an every-N kind, after
+        the last change anyone made (its fresh evidence). A guard judges one step against the
+        steps before it, whatever changed."""
+        last = self.last_fired.get(name, 0)
+        if not self.kinds[name].guard:
+            last = max(last, self.last_change or 0)
         return [r for r in self.window if r["step"] > last]
 
     def _evidence(self, records: list[dict[str, Any]]) -> Evidence:

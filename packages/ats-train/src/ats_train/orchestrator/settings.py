@@ -50,7 +50,7 @@ class LRRewarmSettings(KindSettings):
     # a plateau: the window's half-to-half loss change is within `sigmas` standard errors of 0
     # (the standard error from the run's step-to-step noise), and the noise is low enough that a
     # relative change of `plateau` per window would have shown (else the evidence cannot tell)
-    sigmas: float = 1.0
+    sigmas: float = 2.0
     plateau: float = 0.01
     scale: float = 2.0  # lr_scale x scale
     max_lr_ratio: float = 1.0  # the lr never climbs above max_lr_ratio x optim.lr
@@ -76,7 +76,17 @@ class SkipBatchSettings(KindSettings):
 @dataclass
 class RollbackSettings(KindSettings):
     cooldown: int = 0
-    scale: float = 0.5  # lr_scale x scale after the reload
+    # lr_scale x scale after the reload when the last rollback was at most `repeat_within` steps
+    # before (a NaN that comes back is the run's, not a one-off: the replay needs a lower lr);
+    # x first_scale after any other
+    scale: float = 0.5
+    repeat_within: int = 100
+    first_scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check(self.first_scale > 0.0, f"first_scale = {self.first_scale} must be > 0")
+        _check(self.repeat_within >= 0, f"repeat_within = {self.repeat_within} must be >= 0")
 
 
 @dataclass

@@ -54,8 +54,10 @@ class SkipBatch(Intervention):
 
 class Rollback(Intervention):
     """NaN / inf: this step's loss or grad norm is not finite. Action: reload the latest checkpoint
-    (model, optimizer, loader, RNG, knobs; the decision history is kept) and lr_scale x `scale`.
-    Without a checkpoint there is nothing to roll back to and the guard does not fire."""
+    (model, optimizer, loader, RNG, knobs; the decision history is kept); when the previous
+    rollback was at most `repeat_within` steps before, lr_scale x `scale`, else x `first_scale`
+    (1: a one-off NaN replays at the same lr; one that comes back replays slower). Without a checkpoint there is
+    nothing to roll back to and the guard does not fire."""
 
     name = "rollback"
     action = "reload the latest checkpoint, lr_scale x factor"
@@ -75,11 +77,19 @@ class Rollback(Intervention):
         path = run.latest_checkpoint()
         assert path is not None  # check() found it
         before_step, before_scale = run.step, orch.lr_scale
+        step = evidence.records[-1]["step"]
+        repeat = any(
+            d["kind"] == self.name
+            and d["applied"]
+            and step - d["step"] <= self.settings.repeat_within
+            for d in orch.history
+        )
         keep = orch.state_dict()
         run.apply(RollbackTo(path))  # restores the checkpoint's orchestrator state: put ours back
         orch.load_state_dict(keep)  # and decisions.jsonl rewritten to it
         orch.reset_window()
-        orch.lr_scale = before_scale * self.settings.scale
+        factor = self.settings.scale if repeat else self.settings.first_scale
+        orch.lr_scale = before_scale * factor
         evidence.records[-1]["rolled_back"] = True  # the loop neither evaluates nor saves it
         return {
             "step": [before_step, checkpoint_step(path)],
