@@ -15,7 +15,8 @@ best val loss than dense in 40 s on 6, and 0.004 lower in the mean (BENCHMARKS.m
 Defaults are nanoGPT's optimizer settings (batch 64, lr 1e-3, betas (0.9, 0.99), warmup 100) with
 train.cuda_graphs (at this size the CPU's kernel launches, not the GPU, set the eager step time:
 30 ms of CPU for 14 ms of GPU per batch-128 step) and train.overlap_host (each step recorded while
-the GPU runs the next; it needs orchestrator.mode = off).
+the GPU runs the next), orchestrator off: the time-to-quality numbers were measured without it;
+`--set orchestrator.mode=act` runs it, judging each step one step late.
 
 The clock starts before the trainer is built and includes every evaluation; steps past the budget
 are not run. One JSON line per run, then a summary.
@@ -175,8 +176,8 @@ def run_config(name: str, data_dir: Path, args: argparse.Namespace) -> dict:
         # eval is launch-bound (10 forwards of 64 rows took the MoE 0.27 s, 4 s of the 40)
         "train.eval_micro_batch_size": 1024,
         "train.log_every": 100,
-        # record each step while the GPU runs the next (the orchestrator's advice needs each
-        # step's numbers before the next starts, so it is off): 10.2 -> 5.8 ms per dense step
+        # record each step while the GPU runs the next: 10.2 -> 5.8 ms per dense step (measured
+        # with the orchestrator off, as it runs here)
         "train.overlap_host": True,
         "orchestrator.mode": "off",
         "optim.lr": args.lr,

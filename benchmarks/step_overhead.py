@@ -7,13 +7,21 @@ enough that its forward and backward are a fraction of the step. The baseline is
 would write by hand on the same model, batch and optimizer: set the lr, forward, weighted aux
 losses, backward, clip, step, zero_grad, read the loss.
 
-    uv run python benchmarks/step_overhead.py [--runs advise,off,overlap] [--steps 200]
+    uv run python benchmarks/step_overhead.py [--runs act,off,overlap,act_overlap] [--steps 200]
+    uv run python benchmarks/step_overhead.py --device cuda --shape shakespeare   # on a GPU
+    uv run python benchmarks/step_overhead.py --device cuda --shape 124m --model dense
 
-Runs: `advise` is the default trainer (orchestrator.mode = advise: it reads every step and logs
-what it would do); `off` turns the orchestrator off; `overlap` adds train.overlap_host. Each run
-alternates blocks of trainer and bare steps on one model (after a warm-up) and reports the median
-over blocks of the mean step (the orchestrator's window work runs every 10 steps: a median step
-would hide it); "ratio" = trainer / bare. One JSON line per run.
+Runs: `act` is the default trainer (orchestrator.mode = act: it reads every step and judges every
+10); `off` turns the orchestrator off; `overlap` is off with train.overlap_host; `act_overlap` is the
+orchestrator on with train.overlap_host (each step judged one step late, while the device runs the
+next). The goal of issue 25: act_overlap's step within 2% of overlap's. Each run alternates blocks
+of trainer and bare steps on one model (after a warm-up) and reports the median over blocks of the
+mean step (the orchestrator's window work runs every 10 steps: a median step would hide it);
+"ratio" = trainer / bare. One JSON line per run.
+
+Shapes: `small` (default) is shakespeare.py's model scaled down so the host's work is a visible
+share of a CPU step; `shakespeare` is its full model (batch 64 x 256 bytes); `124m` is the
+124m-dense preset (batch 16 x 1024 tokens of a 2048-token vocab stand-in: the byte-level data).
 """
 
 import argparse
@@ -43,9 +51,28 @@ MODEL = {  # shakespeare.py's shape, scaled down so the host's work is a visible
     "model.tie_embeddings": True,
 }
 RUNS = {
-    "advise": {},
+    "act": {},
     "off": {"orchestrator.mode": "off"},
     "overlap": {"orchestrator.mode": "off", "train.overlap_host": True},
+    "act_overlap": {"train.overlap_host": True},
+}
+SHAPES = {
+    "small": {
+        **MODEL,
+        "train.batch_size": 4,
+        "train.seq_len": 64,
+    },
+    "shakespeare": {
+        **{f"model.{k}": v for k, v in shakespeare.MODEL.items()},
+        "train.batch_size": 64,
+        "train.seq_len": 256,
+    },
+    "124m": {
+        "model.preset": "124m-dense",
+        "model.max_seq_len": 1024,
+        "train.batch_size": 16,
+        "train.seq_len": 1024,
+    },
 }
 
 
@@ -74,6 +101,8 @@ def measure(trainer: Trainer, steps: int, rounds: int) -> tuple[float, float]:
         t = time.perf_counter()
         for _ in range(block):
             trainer.train_step()
+        if trainer.backend.device.type == "cuda":
+            torch.cuda.synchronize()  # train.overlap_host leaves the last step running
         ours.append((time.perf_counter() - t) / block)
         t = time.perf_counter()
         for _ in range(block):
@@ -85,13 +114,18 @@ def measure(trainer: Trainer, steps: int, rounds: int) -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", default="advise,off,overlap", help=f"comma list of {list(RUNS)}")
+    parser.add_argument(
+        "--runs", default="act,off,overlap,act_overlap", help=f"comma list of {list(RUNS)}"
+    )
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--shape", default="small", choices=sorted(SHAPES))
     parser.add_argument("--model", default="moe_fine8", choices=sorted(shakespeare.RUNS))
     parser.add_argument("--steps", type=int, default=600, help="measured steps of each kind")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=30)
     args = parser.parse_args()
-    torch.set_num_threads(1)  # one core for the model, the other left to the OS and writer threads
+    if args.device == "cpu":
+        torch.set_num_threads(1)  # one core for the model, the other to the OS and writer threads
     with tempfile.TemporaryDirectory() as tmp:
         data = shakespeare.prepare(shakespeare.stdlib_text(Path(tmp)), Path(tmp) / "data")
         for name in args.runs.split(","):
@@ -99,15 +133,17 @@ def main() -> None:
                 **shakespeare.RUNS[args.model],
                 "data.source": str(data),
                 "train.steps": 100_000,  # the schedule's length, not how many run
-                "train.batch_size": 4,
-                "train.seq_len": 64,
-                "train.precision": "fp32",
-                "train.device": "cpu",
+                "train.precision": "fp32" if args.device == "cpu" else "bf16",
+                "train.device": args.device,
                 "train.log_every": 25,
                 "checkpoint.every": 0,
-                "kernels": "reference",
-                **MODEL,
-                "model.ffn_dim": 32 if args.model != "dense" else 128,
+                **({"kernels": "reference"} if args.device == "cpu" else {}),
+                **SHAPES[args.shape],
+                **(
+                    {"model.ffn_dim": 32 if args.model != "dense" else 128}
+                    if args.shape == "small"
+                    else {}
+                ),
                 **RUNS[name],
             }
             run_dir = Path(tmp) / f"run-{name}"
@@ -117,7 +153,7 @@ def main() -> None:
                     trainer.train_step()
                 ours, bare = measure(trainer, args.steps, args.rounds)
             result = {
-                "name": f"step_overhead_{args.model}_{name}",
+                "name": f"step_overhead_{args.shape}_{args.model}_{name}",
                 "ours": round(1e3 * ours, 3),
                 "baseline": round(1e3 * bare, 3),
                 "ratio": round(ours / bare, 3),

@@ -95,9 +95,9 @@ def test_a_kinds_old_generic_knob_names_its_new_key() -> None:
     generic = {"threshold", "factor", "limit", "target"}
     assert not [k for k in keys if k.startswith("orchestrator.") and k.split(".")[-1] in generic]
     config = load_config(
-        None, ["orchestrator.lr_cut.rise=0.3", "orchestrator.early_stop.patience=5"]
+        None, ["orchestrator.lr_cut.sigmas=3", "orchestrator.early_stop.patience=5"]
     )
-    assert (config.orchestrator.lr_cut.rise, config.orchestrator.early_stop.patience) == (0.3, 5)
+    assert (config.orchestrator.lr_cut.sigmas, config.orchestrator.early_stop.patience) == (3, 5)
 
 
 def test_unknown_key_in_a_file_suggests_the_nearest(tmp_path: Path) -> None:

@@ -39,8 +39,8 @@ def test_a_changed_setting_is_a_new_config_checked_again() -> None:
     assert changed.optim is config.optim  # untouched sections are shared, not copied
     with pytest.raises(ConfigError, match="train.batch_size = 16 is not a multiple"):
         dataclasses.replace(config.train, batch_size=16, micro_batch_size=3)
-    with pytest.raises(ConfigError, match="train.overlap_host = true cannot run with"):
-        dataclasses.replace(changed, train=dataclasses.replace(train, overlap_host=True))
+    with pytest.raises(ConfigError, match="lora.. is set but train.trainable = 'all'"):
+        dataclasses.replace(changed, lora=dataclasses.replace(changed.lora, rank=4))
 
 
 def test_resolved_defaults_stay_resolved_through_replace() -> None:

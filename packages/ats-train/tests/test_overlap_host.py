@@ -51,7 +51,6 @@ def test_train_step_returns_the_previous_steps_record(overrides, tmp_path: Path)
 @pytest.mark.parametrize(
     ("extra", "what"),
     [
-        ({"orchestrator__mode": "advise"}, "orchestrator.mode = 'advise'"),
         ({"parallel__backend": "ddp"}, "parallel.backend = 'ddp'"),
         ({"train__precision": "fp16"}, "train.precision = 'fp16'"),
         ({"faults__nan_grad_at_step": 3}, "faults.nan_grad_at_step set"),

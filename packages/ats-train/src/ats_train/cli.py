@@ -6,6 +6,7 @@
     ats-train plan --flops 1e20 [--law approach1|parametric] [--preset NAME]
     ats-train merge-adapter --model DIR --adapter DIR --out DIR
     ats-train canary add --model DIR --pairs FILE --out DIR     (opt-in ownership canary)
+    ats-train drill [--run-dir DIR] [--only nan_grad,oom,...] [key=value ...]
 
 Bad input (config typo, missing data, unwritable run dir, a checkpoint of another model, a run
 dir another ats-train holds) exits with status 2 and one line on stderr; nothing already in the
@@ -66,6 +67,42 @@ def _plot_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _drill_parser() -> argparse.ArgumentParser:
+    from ats_train.drill import DRILLS
+
+    parser = argparse.ArgumentParser(
+        prog="ats-train drill",
+        description="Inject every fault into a tiny run (orchestrator in its default mode) and "
+        "print what was detected, what was done and whether the run recovered; exit 1 if any "
+        "did not.",
+    )
+    parser.add_argument("--run-dir", type=Path, help="default: runs/drill-<UTC timestamp>")
+    parser.add_argument(
+        "--only", help=f"comma-separated drills (default all: {', '.join(d.name for d in DRILLS)})"
+    )
+    parser.add_argument("overrides", nargs="*", metavar="key=value", help="e.g. train.device=cuda")
+    return parser
+
+
+def drill(args: argparse.Namespace) -> int:
+    from ats_train.config import parse_override
+    from ats_train.drill import BY_NAME, TINY, run_drills
+
+    names = list(BY_NAME) if args.only is None else args.only.split(",")
+    unknown = [n for n in names if n not in BY_NAME]
+    if unknown:
+        raise ConfigError(f"--only: unknown drill {unknown[0]!r}; one of {', '.join(BY_NAME)}")
+    base = {**TINY, **dict(parse_override(o) for o in args.overrides)}
+    load_config(None, [f"{k}={v}" for k, v in base.items()])  # bad input: before any training
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    out = writable_run_dir(args.run_dir or Path("runs") / f"drill-{stamp}")
+    results = run_drills(names, base, out)
+    failed = [r.drill.name for r in results if not r.recovered]
+    missed = f"; not recovered: {', '.join(failed)}" if failed else ""
+    print(f"{len(results) - len(failed)} of {len(results)} recovered{missed}")
+    return 1 if failed else 0
+
+
 def writable_run_dir(path: Path) -> Path:
     """Create the run dir and prove we can write to it before any work starts."""
     try:
@@ -111,9 +148,11 @@ def train(args: argparse.Namespace, objective: str | None = None) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
-    subcommands = ("plot", "plan", "merge-adapter", "canary", *POST_TRAINING)
+    subcommands = ("plot", "plan", "merge-adapter", "canary", "drill", *POST_TRAINING)
     command = argv[0] if argv[:1] and argv[0] in subcommands else "train"
     try:
+        if command == "drill":
+            return drill(_drill_parser().parse_args(argv[1:]))
         if command == "plot":
             from ats_train.plot import plot_run
 

@@ -64,8 +64,8 @@ def unpack(
 @dataclass
 class InFlight:
     """A step whose update is done or queued, and whose numbers [loss, *aux, *flattened stats,
-    grad norm] are in `values` (being copied into pinned host memory until `copied`; None when
-    the copy is done)."""
+    grad norm, *the orchestrator's `n_measured` measurements] are in `values` (being copied into
+    pinned host memory until `copied`; None when the copy is done)."""
 
     step: int
     lr: float
@@ -75,6 +75,7 @@ class InFlight:
     values: torch.Tensor
     stepped: bool | None  # None: the update ran if the grad norm is finite (a guarded step)
     skipped: bool = False  # the orchestrator skipped the update (loss-spike guard)
+    n_measured: int = 0  # Orchestrator.measure's values at the end (0: orchestrator off)
     copied: torch.cuda.Event | None = None
 
     @classmethod
@@ -87,40 +88,65 @@ class InFlight:
         grad_norm: float | None,
         stepped: bool,
         skipped: bool,
+        measured: torch.Tensor | None,
     ) -> InFlight:
         """A step the host has already read (depth 0)."""
         norm = math.nan if grad_norm is None else grad_norm
         parts = [torch.tensor([out.loss, *out.aux.values()], dtype=torch.float64)]
         parts += [v.to(torch.float64).reshape(-1) for v in out.stats.values()]
         parts.append(torch.tensor([norm], dtype=torch.float64))
+        n_measured = 0
+        if measured is not None:
+            parts.append(measured.cpu())
+            n_measured = measured.numel()
         values = torch.cat(parts)
-        return cls(step, lr, t0, list(out.aux), out.stats, values, stepped, skipped)
+        return cls(step, lr, t0, list(out.aux), out.stats, values, stepped, skipped, n_measured)
 
     @classmethod
     def queued(
-        cls, step: int, lr: float, t0: float, sums: DeviceSums, grad_norm: torch.Tensor
+        cls,
+        step: int,
+        lr: float,
+        t0: float,
+        sums: DeviceSums,
+        grad_norm: torch.Tensor,
+        measured: torch.Tensor | None,
     ) -> InFlight:
         """A step still on the device: its numbers start copying to the host now."""
-        values = torch.cat([sums.means(), grad_norm.double().reshape(1)])
+        parts = [sums.means(), grad_norm.double().reshape(1)]
+        if measured is not None:
+            parts.append(measured)
+        values = torch.cat(parts)
+        n_measured = 0 if measured is None else measured.numel()
         launched = cls(
-            step, lr, t0, list(sums.aux), sums.stats, values.to("cpu", non_blocking=True), None
+            step,
+            lr,
+            t0,
+            list(sums.aux),
+            sums.stats,
+            values.to("cpu", non_blocking=True),
+            None,
+            n_measured=n_measured,
         )
         if values.is_cuda:
             launched.copied = torch.cuda.Event()
             launched.copied.record()
         return launched
 
-    def wait(self) -> tuple[StepOutput, float | None, bool]:
-        """(numbers, grad norm (None if the update was skipped), whether the update ran)."""
+    def wait(self) -> tuple[StepOutput, float | None, bool, torch.Tensor | None]:
+        """(numbers, grad norm (None if the update was skipped), whether the update ran, the
+        orchestrator's measurements (None when it is off))."""
         if self.copied is not None:
             self.copied.synchronize()
-        grad_norm = float(self.values[-1])
-        out = unpack(self.values[:-1], self.aux_names, self.stats_like)
+        end = len(self.values) - self.n_measured
+        measured = self.values[end:] if self.n_measured else None
+        grad_norm = float(self.values[end - 1])
+        out = unpack(self.values[: end - 1], self.aux_names, self.stats_like)
         if self.skipped:
-            return out, None, False
+            return out, None, False, measured
         # a guarded step skipped a non-finite update on the device
         stepped = math.isfinite(grad_norm) if self.stepped is None else self.stepped
-        return out, grad_norm, stepped
+        return out, grad_norm, stepped, measured
 
 
 class HostOverlap:
@@ -138,3 +164,7 @@ class HostOverlap:
     def pop(self) -> InFlight | None:
         """The oldest waiting step, or None."""
         return self._steps.popleft() if self._steps else None
+
+    def discard(self) -> None:
+        """Forget the waiting steps unrecorded (a rollback replaces the run they belong to)."""
+        self._steps.clear()

@@ -121,6 +121,7 @@ class TrainerRunHandle:
             case changes.SkipUpdate():
                 t.optimizer.zero_grad(set_to_none=True)
             case changes.Rollback(path):
+                t.overlap.discard()  # train.overlap_host: the step in flight ran past the fault
                 t.load(path)
             case _:
                 raise TypeError(f"not a run change: {change!r}")

@@ -162,21 +162,26 @@ class Trainer:
 
         At depth 0 the host reads the step's numbers first (averaged over ranks), so faults and the
         orchestrator act on them before the update (a loss-spike guard skips it). At depth 1 the
-        update is queued behind the backward and nothing waits for the device: config refuses what
-        would act on the numbers first (TrainConfig._check_overlap_host)."""
+        update is queued behind the backward and nothing waits for the device: the orchestrator
+        judges the step one step later, and config refuses what would act on the numbers first
+        (TrainConfig._check_overlap_host)."""
         grad_clip = self.config.optim.grad_clip
         if self.overlap.depth:
+            self.orchestrator.before_update(self.run)
             norm = self.backend.queue_step(self.optimizer, grad_clip)
+            measured = self.orchestrator.measure(self.run)
             self.step += 1
-            return InFlight.queued(self.step, lr, t0, sums, norm)
+            return InFlight.queued(self.step, lr, t0, sums, norm, measured)
         out = self.mean_over_ranks(sums.to_host())
         self.faults.after_backward(self.step + 1, self.raw_model)
-        skipped = self.orchestrator.before_update(self.run, out)
+        skipped = self.orchestrator.skip_update(self.run, out)
+        self.orchestrator.before_update(self.run)
         grad_norm, stepped = (
             (None, False) if skipped else self.backend.step(self.optimizer, grad_clip)
         )
+        measured = self.orchestrator.measure(self.run)
         self.step += 1
-        return InFlight.read(self.step, lr, t0, out, grad_norm, stepped, skipped)
+        return InFlight.read(self.step, lr, t0, out, grad_norm, stepped, skipped, measured)
 
     def flush(self) -> dict[str, Any] | None:
         """Record every step still waiting (train.overlap_host; waits for the device); returns
@@ -188,7 +193,7 @@ class Trainer:
 
     def _record(self, done: InFlight, next_t0: float | None) -> dict[str, Any]:
         """The metrics record of a finished step, written and shown to the orchestrator."""
-        out, grad_norm, stepped = done.wait()
+        out, grad_norm, stepped, measured = done.wait()
         # a step's time: from its launch to the next launch (to now at depth 0 and for the last)
         dt = (time.perf_counter() if next_t0 is None else next_t0) - done.t0
         train = self.config.train
@@ -209,7 +214,7 @@ class Trainer:
             record["loss_scale"] = self.precision.scaler.get_scale()
         if done.skipped:
             record["skipped"] = True
-        self.orchestrator.annotate(self.run, record)
+        self.orchestrator.annotate(self.run, record, measured)
         self.metrics.train(record)
         self.orchestrator.after_step(self.run, record)
         return record

@@ -14,7 +14,7 @@ from torch import nn
 from ats_train.checkpoint import CheckpointError, load_tree
 from ats_train.checkpoint_sharded import TRAINER_STATE
 
-STATE_VERSION = 2  # 2: the run's attention backend
+STATE_VERSION = 3  # 2: the run's attention backend; 3: the orchestrator's last change
 
 
 def read_trainer_state(checkpoint: Path) -> dict[str, Any]:

@@ -27,18 +27,33 @@ def weights(run) -> dict[str, torch.Tensor]:
     return load_file(str(run.run_dir / "checkpoints" / "step-000030" / "model.safetensors"))
 
 
-def test_advise_logs_and_changes_nothing(run) -> None:
-    spike = {"faults.grad_spike_at_step": 12, "faults.loss_spike_at_step": 18}
-    advised = run(**spike, **{"orchestrator.mode": "advise"})
-    off = run(**spike, **{"orchestrator.mode": "off"})
+def test_act_is_the_default_mode() -> None:
+    assert load_config(None, []).orchestrator.mode == "act"
+
+
+def test_advise_logs_and_changes_nothing_but_recovery(run) -> None:
+    """A routing collapse moves the MoE kinds, which advise only logs: the run is bitwise the
+    run without an orchestrator."""
+    # grad_clip, a recovery kind, answers the collapse's grad-norm jump: off for this comparison
+    collapse = {"faults.routing_collapse_at_step": 2, "orchestrator.grad_clip.enabled": False}
+    advised = run(**collapse, **{"orchestrator.mode": "advise"})
+    off = run(**collapse, **{"orchestrator.mode": "off"})
     kinds = {d["kind"] for d in advised.decisions}
-    assert {"grad_clip", "skip_batch"} <= kinds
+    assert kinds and not kinds & {"rollback", "skip_batch", "oom", "grad_clip"}
     assert all(d["applied"] is False and d["change"] == {} for d in advised.decisions)
-    assert advised.trainer.config.optim.grad_clip == 1.0
-    assert not any(r.get("skipped") for r in advised.train_records)
+    assert advised.trainer.raw_model.config.moe.n_experts == 8
     a, b = weights(advised), weights(off)
     assert all(torch.equal(a[k], b[k]) for k in a)  # bitwise the run without an orchestrator
     assert read_decisions(off.run_dir) == [] and "param_norm" not in off.train_records[0]
+
+
+def test_advise_applies_the_recovery_kinds(run) -> None:
+    spike = {"faults.grad_spike_at_step": 12, "faults.loss_spike_at_step": 18}
+    advised = run(**spike, **{"orchestrator.mode": "advise"})
+    applied = {d["kind"] for d in advised.decisions if d["applied"]}
+    assert {"grad_clip", "skip_batch"} <= applied
+    assert advised.trainer.config.optim.grad_clip < 1.0
+    assert [r["step"] for r in advised.train_records if r.get("skipped")] == [18]
 
 
 def test_off_mode_does_not_recover_from_oom(run) -> None:
@@ -46,11 +61,11 @@ def test_off_mode_does_not_recover_from_oom(run) -> None:
         run(**{"orchestrator.mode": "off", "faults.oom_at_step": 3})
 
 
-def test_advise_mode_logs_the_oom_and_re_raises(run, tmp_path) -> None:
-    with pytest.raises(torch.OutOfMemoryError):
-        run(**{"orchestrator.mode": "advise", "faults.oom_at_step": 3})
+def test_advise_mode_recovers_from_oom(run, tmp_path) -> None:
+    r = run(**{"orchestrator.mode": "advise", "faults.oom_at_step": 3})
     (d,) = read_decisions(tmp_path / "run0")
-    assert d["kind"] == "oom" and d["applied"] is False
+    assert d["kind"] == "oom" and d["applied"] is True
+    assert r.trainer.step == 30 and r.trainer.batch.micro_batch == 1
 
 
 def test_per_kind_switch(run) -> None:
@@ -109,11 +124,11 @@ def test_history_and_settings_survive_resume_exactly(run, run_in, faults, resume
     assert load_config(resumed_dir / "config.toml").optim.grad_clip == 1.0
 
 
-def test_repeated_advice_is_shown_once_and_logged_always(tmp_path) -> None:
+def test_repeated_advice_is_shown_once_per_advice_every_and_logged_always(tmp_path) -> None:
     from ats_train.orchestrator.decisions import DecisionLog
 
     shown: list[str] = []
-    log = DecisionLog(tmp_path, shown.append)
+    log = DecisionLog(tmp_path, shown.append, advice_every=20)
 
     def decision(step: int, kind: str, applied: bool) -> dict:
         return {"step": step, "kind": kind, "applied": applied, "reason": "r",
@@ -124,8 +139,10 @@ def test_repeated_advice_is_shown_once_and_logged_always(tmp_path) -> None:
     log.write(decision(40, "lr_cut", applied=True))
     log.write(decision(50, "lr_cut", applied=True))
     assert [d["step"] for d in read_decisions(tmp_path)] == [10, 20, 30, 40, 50]
-    assert len(shown) == 3 and "step 10: early_stop" in shown[0]
-    assert "step 40: lr_cut" in shown[1] and "step 50: lr_cut" in shown[2]
+    # advice at 10 shown, at 20 not (10 steps later), at 30 again; every applied change shown
+    assert len(shown) == 4 and "step 10: early_stop" in shown[0]
+    assert "step 30: early_stop" in shown[1]
+    assert "step 40: lr_cut" in shown[2] and "step 50: lr_cut" in shown[3]
 
 
 def test_kinds_judging_the_same_records_compute_the_signals_once(run, monkeypatch) -> None:

@@ -98,3 +98,29 @@ def test_loss_spike_is_measured_against_the_recent_median() -> None:
     records.append({"step": 11, "loss": 6.0, "grad_norm": None, "lr": 1.0})
     s = compute_signals(records, [], flops_per_token=0.0)
     assert s.loss_spike_ratio == pytest.approx(1.5)
+
+
+def test_noise_is_the_robust_spread_of_consecutive_differences() -> None:
+    from ats_train.orchestrator.signals import noise
+
+    # a falling trend plus alternating -+0.1: 9.9, 9.1, 7.9, 7.1, 5.9, 5.1; the differences'
+    # sizes 0.8, 1.2, 0.8, 1.2, 0.8 have the median 0.8
+    values = [10.0 - i + (0.1 if i % 2 else -0.1) for i in range(6)]
+    assert noise(values) == pytest.approx(1.4826 * 0.8 / math.sqrt(2.0))
+    assert noise(values[:3]) is None  # too few values to tell
+
+
+def test_a_spike_is_measured_in_units_of_the_noise() -> None:
+    from ats_train.orchestrator.signals import jump_sigmas, loss_spike_sigmas
+
+    flat = [2.0, 2.1] * 5  # |diffs| all 0.1: noise 0.1 x 1.4826 / sqrt 2
+    spread = 0.1 * 1.4826 / math.sqrt(2.0)
+    # the spike at the end: 5.0 over the median 2.0 or 2.1 of the 5 before it (2.1, 2.0, 2.1, ...)
+    jump = jump_sigmas([*flat, 5.0])
+    assert jump is not None and jump > 20
+    records = [{"step": i + 1, "loss": v, "grad_norm": 1.0} for i, v in enumerate([*flat, 5.0])]
+    # the noise of the losses before the spike only; the median of the 5 before it
+    # [2.1, 2.0, 2.1, 2.0, 2.1] is 2.1
+    assert loss_spike_sigmas(records) == pytest.approx((5.0 - 2.1) / spread)
+    records[-1]["loss"] = 2.05
+    assert abs(loss_spike_sigmas(records)) < 1

@@ -93,8 +93,9 @@ class TrainSection:
     # The host reads each step's numbers (loss, statistics, grad norm) one step late, while the
     # device runs the next step, instead of waiting for the device at every step: on the H200 the
     # waits and the bookkeeping after them left the GPU idle ~40% of a small model's step
-    # (BENCHMARKS.md). train_step() then returns the previous step's record (overlap.py). Whatever
-    # acts on a step's numbers before the next step must be off (TrainConfig._check_overlap_host).
+    # (BENCHMARKS.md). train_step() then returns the previous step's record (overlap.py) and the
+    # orchestrator judges it then: its changes land one step later. Whatever must act on a step's
+    # numbers before the next step must be off (TrainConfig._check_overlap_host).
     overlap_host: bool = False
     sdpa_backend: SdpaBackendName = "auto"  # the attention kernel (attention_backend.py)
     eval_every: int = 100  # 0 = only at the end

@@ -87,13 +87,12 @@ class TrainConfig:
 
     def _check_overlap_host(self) -> None:
         """train.overlap_host reads a step's numbers after the next step is queued: refuse what
-        must act on them before that (skip an update, roll back, rescale, drill a fault) or reads
-        them in a collective."""
+        must act on them before that (rescale, drill a fault) or reads them in a collective. The
+        orchestrator judges each step one step late (its changes land a step later)."""
         faults = [f.name for f in dataclasses.fields(self.faults) if f.name.endswith("_at_step")]
         drills = [name for name in faults if getattr(self.faults, name) is not None]
         problems = [
             (self.parallel.backend == "single", f"parallel.backend = {self.parallel.backend!r}"),
-            (self.orchestrator.mode == "off", f"orchestrator.mode = {self.orchestrator.mode!r}"),
             (self.train.precision != "fp16", "train.precision = 'fp16' (its loss scaler)"),
             (not drills, f"faults.{drills[0] if drills else ''} set"),
         ]
@@ -101,6 +100,6 @@ class TrainConfig:
             require(
                 ok,
                 f"train.overlap_host = true cannot run with {what}: needs parallel.backend = "
-                "'single', orchestrator.mode = 'off', no fp16 and no faults.*, which act on a "
+                "'single', no fp16 and no faults.*, which act on a "
                 "step's numbers before the next step starts",
             )

@@ -13,9 +13,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from ats_train.errors import ConfigError
 from ats_train.faults.settings import FaultsSection
 
-COLLAPSE_BIAS = 100.0  # added to the chosen experts' selection bias: nothing else is ever picked
+# added to the chosen experts' selection bias (routing collapse: nothing else is ever picked),
+# subtracted from the dead experts' (nothing ever picks them)
+COLLAPSE_BIAS = 100.0
 
 
 class Faults:
@@ -74,6 +77,14 @@ class Faults:
         if self._due("routing_collapse", step):
             for layer in model.moe_layers():
                 layer.expert_bias[: layer.top_k] += COLLAPSE_BIAS
+        if self._due("dead_experts", step):
+            for layer in model.moe_layers():
+                if self.config.dead_experts >= layer.n_experts - layer.top_k:
+                    raise ConfigError(
+                        f"faults.dead_experts = {self.config.dead_experts} leaves fewer than "
+                        f"top_k + 1 = {layer.top_k + 1} of {layer.n_experts} experts alive"
+                    )
+                layer.expert_bias[-self.config.dead_experts :] -= COLLAPSE_BIAS
         if self._due("router_sharpen", step):
             for layer in model.moe_layers():
                 layer.router.weight.mul_(self.config.router_sharpen_factor)

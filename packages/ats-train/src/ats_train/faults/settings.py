@@ -27,6 +27,9 @@ class FaultsSection:
     routing_collapse_at_step: int | None = (
         None  # every MoE router sends all tokens to top_k experts
     )
+    # the last `dead_experts` experts of every MoE layer are never selected (a large negative bias)
+    dead_experts_at_step: int | None = None
+    dead_experts: int = 2
     router_sharpen_at_step: int | None = None  # router weights x router_sharpen_factor
     router_sharpen_factor: float = 1000.0
     mod_collapse_at_step: int | None = None  # MoD causal predictors pushed to "skip every token"
@@ -43,6 +46,7 @@ class FaultsSection:
             if f.name.endswith("_at_step") and value is not None:
                 _check(value >= 1, f"faults.{f.name} = {value} must be >= 1")
         _check(self.oom_max_micro_batch >= 1, "faults.oom_max_micro_batch must be >= 1")
+        _check(self.dead_experts >= 1, f"faults.dead_experts = {self.dead_experts} must be >= 1")
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name.endswith("_factor"):

@@ -63,6 +63,7 @@ class OrchestratorState(Protocol):
     stop_requested: bool
     settings: dict[str, Any]  # dotted config key -> value it was changed to
     eval_means: list[float]  # window-mean train loss at each evaluation
+    history: list[dict[str, Any]]  # every decision so far, oldest first
     flops_per_token: float
 
     def reset_window(self) -> None: ...
@@ -72,15 +73,25 @@ class OrchestratorState(Protocol):
     def load_state_dict(self, state: dict[str, Any], rewrite_log: bool = True) -> None: ...
 
 
+ANY_TIME = "any time"  # judged from the first records on (guards, recovery)
+AFTER_WARMUP = "after warmup"  # not while the LR warms up (routing and weights still settle)
+AFTER_EVALUATIONS = "after warmup and min_evaluations"  # trend kinds: plateaus, rises, growth
+
+
 class Intervention:
     """Base class. Subclasses set `name` (the [orchestrator.<name>] table) and implement check/apply.
 
     guard = True: evaluated every step by the hook that owns it (skip_batch, rollback, oom), not by
-    the every-N evaluation."""
+    the every-N evaluation. recovery = True: acts in mode advise too (a run that is not rescued
+    dies or is ruined). phase: from when in the run the kind may judge (the Orchestrator enforces
+    it); evidence: what the kind needs to judge, in words (its docstring says the test)."""
 
     name: ClassVar[str]
     action: ClassVar[str]  # what it does, in a few words (the decision log's "action")
     guard: ClassVar[bool] = False
+    recovery: ClassVar[bool] = False
+    phase: ClassVar[str] = AFTER_WARMUP
+    evidence: ClassVar[str] = "orchestrator.min_records train records after warmup (window means)"
 
     def __init__(self, settings: KindSettings) -> None:
         self.settings = settings

@@ -31,22 +31,28 @@ def describe(decision: dict[str, Any]) -> str:
 
 
 class DecisionLog:
-    """Appends decisions to run_dir/decisions.jsonl (run_dir None: memory only) and shows them."""
+    """Appends decisions to run_dir/decisions.jsonl (run_dir None: memory only) and shows them:
+    every applied change, and a kind's advice at most once per `advice_every` steps."""
 
-    def __init__(self, run_dir: Path | None, show: Callable[[str], None] | None) -> None:
+    def __init__(
+        self, run_dir: Path | None, show: Callable[[str], None] | None, advice_every: int
+    ) -> None:
         self.path = None if run_dir is None else Path(run_dir) / DECISIONS_FILE
         self.show = show
-        self._advised: set[str] = set()  # kinds whose advice the display already showed
+        self.advice_every = advice_every
+        self._advised: dict[str, int] = {}  # kind -> step of the advice the display last showed
 
     def write(self, decision: dict[str, Any]) -> None:
         if self.path is not None:
             with open(self.path, "a") as f:
                 f.write(json.dumps(decision) + "\n")
         # advice repeats every cooldown while its condition holds (nothing acts on it): the
-        # display shows a kind's first advice, the file keeps every one
-        repeat = not decision["applied"] and decision["kind"] in self._advised
-        if not decision["applied"]:
-            self._advised.add(decision["kind"])
+        # display shows it once per advice_every steps, the file keeps every one
+        kind, step = decision["kind"], decision["step"]
+        shown = self._advised.get(kind)
+        repeat = not decision["applied"] and shown is not None and step - shown < self.advice_every
+        if not decision["applied"] and not repeat:
+            self._advised[kind] = step
         if self.show is not None and not repeat:
             self.show(describe(decision))
 

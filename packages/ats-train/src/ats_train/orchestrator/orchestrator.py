@@ -1,14 +1,20 @@
 """The Orchestrator: reads each step's metrics record, computes signals every `every` steps, asks
-each enabled kind whether its trigger holds, and in mode `act` applies the action (in `advise`
-it only logs it; in `off` it is not consulted and the run is exactly the plain trainer's).
+each enabled kind whether its trigger holds, and in mode `act` (the default) applies the action
+(in `advise` it logs it and applies only the recovery kinds; in `off` it is not consulted and the
+run is exactly the plain trainer's).
 
 Hooks the training loop calls with its RunHandle (handle.py), in step order:
     lr(base)                  lr to use: schedule x lr_scale
     forward_backward(...)     the trainer's forward_backward with OOM recovery around it
-    before_update(...)        True = skip this update (loss-spike guard)
-    annotate(record)          adds param_norm, update_ratio, memory_gb, MoD predictor stats
+    skip_update(out)          True = skip this update (loss-spike guard; not with overlap_host)
+    before_update()           weights copied for the update ratio (every-N steps, on the device)
+    measure()                 after the update: weight norms as a device vector, read later
+    annotate(record, m)       adds param_norm, update_ratio, memory_gb, MoD predictor stats
     after_step(record)        NaN/inf rollback guard; every-N evaluation of the other kinds
     observe_val(step, loss)   val losses for the divergence signal
+With train.overlap_host a step's record reaches annotate / after_step while the device runs the
+next step (deferred by one step): nothing here waits for the device, and a change lands one step
+later than without it.
 Its whole state (history, window, cooldowns, lr_scale, changed settings) is in the checkpoint.
 """
 
@@ -23,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.distributed.tensor import DTensor
 
-from ats_train.orchestrator.base import Evidence, Intervention
+from ats_train.orchestrator.base import AFTER_WARMUP, ANY_TIME, Evidence, Intervention
 from ats_train.orchestrator.decisions import DecisionLog
 from ats_train.orchestrator.kinds import KINDS
 from ats_train.orchestrator.settings import OrchestratorSection
@@ -31,7 +37,7 @@ from ats_train.orchestrator.settings import OrchestratorSection
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ats_train.orchestrator.handle import Collectives, RunHandle, StepLoss, StepSums
+    from ats_train.orchestrator.handle import RunHandle, StepLoss, StepSums
 
 
 def _local(param: torch.Tensor) -> torch.Tensor:
@@ -39,15 +45,11 @@ def _local(param: torch.Tensor) -> torch.Tensor:
     return param.detach().to_local() if isinstance(param, DTensor) else param.detach()
 
 
-def _global_norm(local: list[torch.Tensor], shards_of: Collectives | None) -> float:
-    """The 2-norm of the whole tensors from this rank's parts (_local): one fused launch and one
-    host sync; for FSDP2's disjoint shards (shards_of = the backend) one all-reduce of the sum of
-    squares, instead of a DTensor dispatch and a collective per parameter."""
-    squares = torch.stack(torch._foreach_norm(local, dtype=torch.float32)).square().sum()
-    if shards_of is None:
-        return math.sqrt(float(squares))
-    mean = shards_of.all_reduce_mean_tensor(squares.double().cpu().reshape(1))
-    return math.sqrt(float(mean[0]) * shards_of.world_size)
+def _squares(local: list[torch.Tensor]) -> torch.Tensor:
+    """The sum of squares of this rank's parts (_local) of the tensors, a float64 device scalar:
+    one fused launch, no host wait. For FSDP2's disjoint shards annotate() sums it over ranks in
+    one all-reduce, instead of a DTensor dispatch and a collective per parameter."""
+    return torch.stack(torch._foreach_norm(local, dtype=torch.float32)).double().square().sum()
 
 
 class Orchestrator:
@@ -62,7 +64,7 @@ class Orchestrator:
         self.kinds: dict[str, Intervention] = {
             name: KINDS[name](kind) for name, kind in settings.kinds().items() if kind.enabled
         }
-        self.log = DecisionLog(run_dir, show)
+        self.log = DecisionLog(run_dir, show, settings.advice_every)
         self.flops_per_token = flops_per_token
         self.history: list[dict[str, Any]] = []
         self.window: list[dict[str, Any]] = []
@@ -72,8 +74,11 @@ class Orchestrator:
         self.settings: dict[str, Any] = {}  # dotted config key -> value it was changed to
         self.stop_requested = False
         self.eval_means: list[float] = []  # window-mean train loss at each evaluation
+        # run.step when the last change by an every-N kind was applied (None: none yet)
+        self.last_change: int | None = None
         self._snapshot: list[torch.Tensor] | None = None
-        self._predictor_selected: dict[int, list[float]] = {}
+        # per MoD layer, each micro-batch's share its causal predictor keeps (device scalars)
+        self._predictor_kept: dict[int, list[torch.Tensor]] = {}
 
     @classmethod
     def disabled(cls) -> Orchestrator:
@@ -94,8 +99,8 @@ class Orchestrator:
     def _predictor_hook(self, i: int) -> Callable[..., None]:
         def hook(module: torch.nn.Module, inputs: Any, output: torch.Tensor) -> None:
             if module.training:
-                kept = float((output.detach() > 0).float().mean())
-                self._predictor_selected.setdefault(i, []).append(kept)
+                kept = (output.detach() > 0).float().mean()  # stays on the device
+                self._predictor_kept.setdefault(i, []).append(kept)
 
         return hook
 
@@ -112,7 +117,7 @@ class Orchestrator:
                     raise
             # out of the except block: the failed step's frames and activations are released
             run.release_failed_step()
-            self._predictor_selected.clear()
+            self._predictor_kept.clear()
 
     def _recover_oom(self, run: RunHandle) -> bool:
         kind = self.kinds.get("oom")
@@ -121,14 +126,16 @@ class Orchestrator:
         record = {"step": run.step + 1, "loss": None, "grad_norm": None}
         return self._decide(kind, run, self._evidence([*self.window, record]))
 
-    def before_update(self, run: RunHandle, out: StepLoss) -> bool:
-        """Called between backward and the optimizer step; True = skip this update."""
-        if not self.active:
-            return False
-        if (run.step + 1) % self.config.every == 0:
+    def before_update(self, run: RunHandle) -> None:
+        """Between backward and the optimizer step (queued or not): on the steps the every-N kinds
+        judge, a copy of the weights for the update ratio (a device copy, no host wait)."""
+        if self.active and (run.step + 1) % self.config.every == 0:
             self._snapshot = [_local(p).clone() for p in run.model.parameters()]
+
+    def skip_update(self, run: RunHandle, out: StepLoss) -> bool:
+        """The loss-spike guard, on a loss the host has read before the update: True = skip it."""
         kind = self.kinds.get("skip_batch")
-        if kind is None or not math.isfinite(out.loss):
+        if not self.active or kind is None or not math.isfinite(out.loss):
             return False
         recent = self._since(kind.name)[-self.config.window :]
         if len(recent) < self.config.min_records:
@@ -137,26 +144,52 @@ class Orchestrator:
         return self._decide(kind, run, self._evidence([*recent, record]))
 
     @torch.no_grad()
-    def annotate(self, run: RunHandle, record: dict[str, Any]) -> None:
+    def measure(self, run: RunHandle) -> torch.Tensor | None:
+        """After the update is queued: this step's weight measurements as one float64 vector on the
+        device, [sum of squares of the weight matrices (NaN without any), of the update, of the
+        weights before it (both NaN without a snapshot), *kept share of each MoD predictor]. It
+        travels with the step's numbers and is read with them (annotate), so nothing here waits
+        for the device."""
         if not self.active:
-            return
+            return None
         params = list(run.model.parameters())
         # matrices only: what weight decay acts on (norm gains at 1.0 would dominate a tiny model)
-        matrices = [p.detach() for p in params if p.ndim >= 2]
-        shards_of = run.collectives if any(isinstance(p, DTensor) for p in params) else None
-        if not matrices:
-            # DeepSpeed ZeRO-3 leaves each rank empty 1-D placeholders (the values live in its
-            # partitions): no parameter norm or update ratio is measured there.
-            record["param_norm"] = record["update_ratio"] = None
-            self._snapshot = None
-        else:
-            record["param_norm"] = _global_norm([_local(p) for p in matrices], shards_of)
-        if self._snapshot is not None and len(self._snapshot) == len(params):
+        matrices = [_local(p) for p in params if p.ndim >= 2]
+        nan = torch.full((), math.nan, dtype=torch.float64, device=run.collectives.device)
+        # DeepSpeed ZeRO-3 leaves each rank empty 1-D placeholders (the values live in its
+        # partitions): no parameter norm or update ratio is measured there.
+        parts = [_squares(matrices) if matrices else nan]
+        if matrices and self._snapshot is not None and len(self._snapshot) == len(params):
             now = [_local(p) for p in params]
-            delta = _global_norm(torch._foreach_sub(now, self._snapshot), shards_of)
-            before = _global_norm(self._snapshot, shards_of)
-            record["update_ratio"] = delta / before if before > 0 else None
+            parts += [_squares(torch._foreach_sub(now, self._snapshot)), _squares(self._snapshot)]
+        else:
+            parts += [nan, nan]
         self._snapshot = None
+        parts += [torch.stack(self._predictor_kept[i]).double().mean() for i in self._layers()]
+        self._predictor_kept.clear()
+        return torch.stack([p.to(nan.device) for p in parts])
+
+    def _layers(self) -> list[int]:
+        return sorted(self._predictor_kept)
+
+    def annotate(
+        self, run: RunHandle, record: dict[str, Any], measured: torch.Tensor | None
+    ) -> None:
+        """Adds param_norm, update_ratio, memory_gb and mod/predictor_selected to a step's record,
+        from measure()'s vector for that step, read on the host."""
+        if not self.active or measured is None:
+            return
+        squares = measured[:3].tolist()
+        if any(isinstance(p, DTensor) for p in run.model.parameters()):
+            # FSDP2's disjoint shards: one all-reduce of the three sums of squares
+            world = run.collectives.world_size
+            mean = run.collectives.all_reduce_mean_tensor(measured[:3].reshape(3))
+            squares = [float(v) * world for v in mean]
+        param_sq, delta_sq, before_sq = squares
+        record["param_norm"] = None if math.isnan(param_sq) else math.sqrt(param_sq)
+        record["update_ratio"] = (
+            math.sqrt(delta_sq / before_sq) if not math.isnan(delta_sq) and before_sq > 0 else None
+        )
         device = run.collectives.device
         if device.type == "cuda":
             # max_memory_allocated's value without its flattening of every allocator statistic
@@ -165,31 +198,33 @@ class Orchestrator:
             record["memory_gb"] = stats["allocated_bytes"]["all"]["peak"] / 1e9
         else:  # Linux reports ru_maxrss in KiB
             record["memory_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
-        if self._predictor_selected:
-            layers = sorted(self._predictor_selected)
-            record["mod/predictor_selected"] = [
-                statistics.fmean(self._predictor_selected[i]) for i in layers
-            ]
-            self._predictor_selected.clear()
+        if len(measured) > 3:
+            record["mod/predictor_selected"] = measured[3:].tolist()
 
     def after_step(self, run: RunHandle, record: dict[str, Any]) -> None:
+        """A finished step's record: the NaN/inf guard, then every `every` steps the other kinds.
+        With train.overlap_host this runs while the device computes the next step, so what it
+        changes lands one step later than at depth 0."""
         if not self.active:
             return
         self.window = [*self.window, record][-max(self.config.window, 4 * self.config.every) :]
         rollback = self.kinds.get("rollback")
         if rollback is not None and self._decide(rollback, run, self._evidence([record])):
             return
-        if run.step % self.config.every:
+        step = record["step"]
+        if step % self.config.every:
             return
         losses = [r["loss"] for r in self.window[-self.config.every :]]
         finite = [v for v in losses if v is not None and math.isfinite(v)]
-        if finite:
+        if finite and step > run.setting("optim.warmup_steps"):
             self.eval_means.append(statistics.fmean(finite))
+        if self.last_change is not None and step - self.last_change < self.config.cooldown:
+            return  # the run changed: its new behaviour needs records before anything is judged
         # kinds that judge the same records share one Evidence, so its signals (the window's
         # per-layer means, medians, slopes) are computed once, not once per kind
         shared: dict[tuple[int, int, int], Evidence] = {}
         for kind in self.kinds.values():
-            if kind.guard:
+            if kind.guard or not self._in_phase(kind, run, step):
                 continue
             records = self._since(kind.name)[-self.config.window :]
             if len(records) >= self.config.min_records:
@@ -198,21 +233,36 @@ class Orchestrator:
                     shared[key] = self._evidence(records)
                 self._decide(kind, run, shared[key])
 
+    def _in_phase(self, kind: Intervention, run: RunHandle, step: int) -> bool:
+        """Whether the run is far enough along for `kind` (its phase, base.py): trend kinds judge
+        neither the LR warmup (the loss falls fast, then flattens as the lr peaks) nor before
+        min_evaluations window means exist after it."""
+        if kind.phase == ANY_TIME:
+            return True
+        if step <= run.setting("optim.warmup_steps"):
+            return False
+        return kind.phase == AFTER_WARMUP or len(self.eval_means) >= self.config.min_evaluations
+
     def observe_val(self, step: int, val_loss: float) -> None:
         if self.active:
             self.val.append({"step": step, "val_loss": val_loss})
 
     # ---- deciding ------------------------------------------------------------------------------
     def _since(self, name: str) -> list[dict[str, Any]]:
-        """The window's records after this kind's last decision (its fresh evidence)."""
+        """The window's records after this kind's last decision and, for an every-N kind, after
+        the last change anyone made (its fresh evidence). A guard judges one step against the
+        steps before it, whatever changed."""
         last = self.last_fired.get(name, 0)
+        if not self.kinds[name].guard:
+            last = max(last, self.last_change or 0)
         return [r for r in self.window if r["step"] > last]
 
     def _evidence(self, records: list[dict[str, Any]]) -> Evidence:
         return Evidence(records, self.val, self.flops_per_token)
 
     def _decide(self, kind: Intervention, run: RunHandle, evidence: Evidence) -> bool:
-        """Check one kind; log a decision when it fires; True when the action was applied."""
+        """Check one kind; log a decision when it fires; True when the action was applied.
+        Recovery kinds act in mode advise too; the others only in mode act."""
         step = evidence.records[-1]["step"]
         last = self.last_fired.get(kind.name)
         if last is not None and step - last < kind.settings.cooldown:
@@ -220,8 +270,9 @@ class Orchestrator:
         trigger = kind.check(evidence, run, self)
         if trigger is None or trigger.confidence < kind.settings.min_confidence:
             return False
-        act = self.config.mode == "act"
+        act = self.config.mode == "act" or kind.recovery
         change = kind.apply(evidence, run, self) if act else {}
+        signals = evidence.signals
         decision = {
             "step": step,
             "kind": kind.name,
@@ -231,9 +282,19 @@ class Orchestrator:
             "reason": trigger.reason,
             "action": kind.action,
             "change": change,
-            "signals": {k: v for k, v in evidence.signals.as_dict().items() if v is not None},
+            # what the judgement rested on: records, evaluations after warmup, the loss noise
+            "evidence": {
+                "records": len(evidence.records),
+                "evaluations": len(self.eval_means),
+                "loss_noise": signals.loss_noise,
+            },
+            "signals": {k: v for k, v in signals.as_dict().items() if v is not None},
         }
         self.last_fired[kind.name] = step
+        if act and not kind.guard:
+            # the first step that runs with the change is run.step + 1: with train.overlap_host
+            # the step in flight (run.step) still ran without it
+            self.last_change = run.step
         self.history.append(decision)
         self.log.write(decision)
         return act
@@ -254,6 +315,7 @@ class Orchestrator:
             "settings": dict(self.settings),
             "stop_requested": self.stop_requested,
             "eval_means": list(self.eval_means),
+            "last_change": self.last_change,
         }
 
     def load_state_dict(self, state: dict[str, Any], rewrite_log: bool = True) -> None:
@@ -265,5 +327,6 @@ class Orchestrator:
         self.settings = dict(state["settings"])
         self.stop_requested = bool(state["stop_requested"])
         self.eval_means = list(state["eval_means"])
+        self.last_change = state["last_change"]
         if rewrite_log:
             self.log.rewrite(self.history)

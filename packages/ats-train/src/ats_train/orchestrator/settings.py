@@ -38,21 +38,29 @@ class KindSettings:
 
 @dataclass(frozen=True)
 class LRCutSettings(KindSettings):
-    rise: float = 0.15  # relative loss (or val loss) rise over its best that means divergence
+    # the loss's rise over its best, in units of the run's step-to-step loss noise, that means
+    # divergence (val loss: its relative rise over its best, in units of the relative noise)
+    sigmas: float = 5.0
     scale: float = 0.5  # lr_scale x scale
     min_lr_scale: float = 0.01  # lr_scale is never cut below this
 
 
 @dataclass(frozen=True)
 class LRRewarmSettings(KindSettings):
-    plateau: float = 0.01  # |relative loss change| over the window below this is a plateau
+    # a plateau: the window's half-to-half loss change is within `sigmas` standard errors of 0
+    # (the standard error from the run's step-to-step noise), and the noise is low enough that a
+    # relative change of `plateau` per window would have shown (else the evidence cannot tell)
+    sigmas: float = 2.0
+    plateau: float = 0.01
     scale: float = 2.0  # lr_scale x scale
     max_lr_ratio: float = 1.0  # the lr never climbs above max_lr_ratio x optim.lr
 
 
 @dataclass(frozen=True)
 class GradClipSettings(KindSettings):
-    spike_ratio: float = 20.0  # the window's largest grad norm / its median above this: a spike
+    # a spike: some step's log grad norm above the median of the 5 before it by more than
+    # `sigmas` x the robust step-to-step spread of the log grad norm over the window
+    sigmas: float = 10.0
     scale: float = 0.5  # optim.grad_clip x scale
     min_clip: float = 0.05  # optim.grad_clip is never set below this
 
@@ -60,13 +68,25 @@ class GradClipSettings(KindSettings):
 @dataclass(frozen=True)
 class SkipBatchSettings(KindSettings):
     cooldown: int = 0
-    spike: float = 0.15  # loss above (1 + spike) x the median of the 5 steps before it
+    # a spike: the loss above the median of the 5 steps before it by more than `sigmas` x the
+    # robust step-to-step spread of the loss over the window
+    sigmas: float = 8.0
 
 
 @dataclass(frozen=True)
 class RollbackSettings(KindSettings):
     cooldown: int = 0
-    scale: float = 0.5  # lr_scale x scale after the reload
+    # lr_scale x scale after the reload when the last rollback was at most `repeat_within` steps
+    # before (a NaN that comes back is the run's, not a one-off: the replay needs a lower lr);
+    # x first_scale after any other
+    scale: float = 0.5
+    repeat_within: int = 100
+    first_scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check(self.first_scale > 0.0, f"first_scale = {self.first_scale} must be > 0")
+        _check(self.repeat_within >= 0, f"repeat_within = {self.repeat_within} must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -153,6 +173,7 @@ class EvalCkptFrequencySettings(KindSettings):
 
 @dataclass(frozen=True)
 class EarlyStopSettings(KindSettings):
+    enabled: bool = False  # opt-in: stopping a run is the user's call (it then acts in mode act)
     cooldown: int = 0
     min_delta: float = 0.01  # relative improvement on the best that still counts as progress
     patience: int = 3  # evaluations without such progress before the run stops
@@ -162,10 +183,10 @@ class EarlyStopSettings(KindSettings):
 RENAMED = {
     f"orchestrator.{kind}.{old}": f"orchestrator.{kind}.{new}"
     for kind, names in {
-        "lr_cut": {"threshold": "rise", "factor": "scale", "limit": "min_lr_scale"},
+        "lr_cut": {"threshold": "sigmas", "factor": "scale", "limit": "min_lr_scale"},
         "lr_rewarm": {"threshold": "plateau", "factor": "scale", "limit": "max_lr_ratio"},
-        "grad_clip": {"threshold": "spike_ratio", "factor": "scale", "limit": "min_clip"},
-        "skip_batch": {"threshold": "spike"},
+        "grad_clip": {"threshold": "sigmas", "factor": "scale", "limit": "min_clip"},
+        "skip_batch": {"threshold": "sigmas"},
         "rollback": {"factor": "scale"},
         "prune_experts": {"threshold": "min_utilization", "limit": "experts_dropped"},
         "split_expert": {"threshold": "max_utilization", "limit": "max_experts"},
@@ -212,11 +233,20 @@ RENAMED = {
 
 @dataclass(frozen=True)
 class OrchestratorSection:
-    # act: apply decisions; advise (default): log them only; off: not consulted at all
-    mode: str = "advise"
+    # act (default): apply decisions; advise: log them, apply only the recovery kinds (rollback,
+    # skip_batch, oom, grad_clip); off: not consulted at all, the run is the plain trainer's
+    mode: str = "act"
     every: int = 10  # steps between evaluations of the every-N kinds (guards run every step)
     window: int = 20  # train records the signals are computed over
     min_records: int = 8  # no every-N kind fires before the window holds this many records
+    # trend kinds (lr_cut, lr_rewarm, weight_decay, batch_ramp, mod_capacity, early_stop) wait for
+    # this many evaluations after the LR warmup
+    min_evaluations: int = 3
+    # after any applied change, the every-N kinds wait this many steps and judge only records
+    # from after the change (the signals before it describe a run that no longer exists)
+    cooldown: int = 20
+    # the display shows a kind's advice at most once per this many steps (decisions.jsonl: all)
+    advice_every: int = 200
     # Per kind: see the class of the same name in ats_train.orchestrator.kinds.
     lr_cut: LRCutSettings = field(default_factory=LRCutSettings)
     lr_rewarm: LRRewarmSettings = field(default_factory=LRRewarmSettings)
@@ -247,6 +277,9 @@ class OrchestratorSection:
             2 <= self.min_records <= self.window,
             f"orchestrator.min_records = {self.min_records} must be in [2, window={self.window}]",
         )
+        for name in ("min_evaluations", "cooldown", "advice_every"):
+            value = getattr(self, name)
+            _check(value >= 0, f"orchestrator.{name} = {value} must be >= 0")
 
     def kinds(self) -> dict[str, KindSettings]:
         return {

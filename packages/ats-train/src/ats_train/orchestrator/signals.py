@@ -27,11 +27,16 @@ class Signals:
     loss_rise: float | None  # mean of the window's last third / its best earlier 3-step mean - 1
     loss_zscore: float | None  # last loss vs mean / std of the records before it
     loss_spike_ratio: float | None  # last loss / median of the (up to) 5 records before it
+    loss_noise: float | None  # robust step-to-step spread of the loss (noise(), nats)
+    loss_noise_rel: float | None  # loss_noise / loss_mean
+    loss_rise_sigmas: float | None  # loss_rise in nats / loss_noise
+    loss_change_se: float | None  # standard error of loss_rel_change from the noise (relative)
     val_loss: float | None  # last validation loss
     val_rel_change: float | None  # last val loss / best earlier val loss - 1
     grad_norm: float | None  # last gradient norm (before clipping)
     grad_norm_median: float | None  # median gradient norm over the window
     grad_spike_ratio: float | None  # max grad norm in the window / median of the window
+    grad_spike_sigmas: float | None  # largest log grad-norm jump over its 5 predecessors / noise
     update_ratio: float | None  # last measured ||w_t - w_{t-1}|| / ||w_{t-1}||
     param_norm_growth: float | None  # last weight-matrix norm / the window's first
     lr: float | None  # last learning rate
@@ -100,6 +105,28 @@ def _is_bad(value: Any) -> bool:
     return value is not None and not math.isfinite(value)
 
 
+def noise(values: list[float]) -> float | None:
+    """The robust step-to-step spread of a noisy, trending series: 1.4826 x the median absolute
+    difference of consecutive values / sqrt(2) (the std of one value's noise when the noise is
+    Gaussian and independent; the trend cancels in the differences). None below 4 values."""
+    if len(values) < 4:
+        return None
+    diffs = np.abs(np.diff(np.asarray(values, dtype=np.float64)))
+    return float(1.4826 * np.median(diffs) / math.sqrt(2.0))
+
+
+def jump_sigmas(values: list[float]) -> float | None:
+    """The largest jump of a value over the median of the (up to) 5 before it, in units of the
+    series' noise(); None with fewer than 4 values before the jump or no measurable noise."""
+    spread = noise(values)
+    if spread is None or spread <= 0 or len(values) < 5:
+        return None
+    jumps = [
+        v - statistics.median(values[max(0, i - 5) : i]) for i, v in enumerate(values) if i >= 4
+    ]
+    return max(jumps) / spread
+
+
 def loss_spike_ratio(train: list[dict[str, Any]]) -> float | None:
     """The last record's loss / the median of the (up to) 5 finite losses before it; None with
     fewer than 3 finite losses before it or a non-finite last loss. Read every step by the
@@ -111,6 +138,19 @@ def loss_spike_ratio(train: list[dict[str, Any]]) -> float | None:
     if loss is None or not math.isfinite(loss) or len(prev) < 3:
         return None
     return loss / statistics.median(prev[-5:])
+
+
+def loss_spike_sigmas(train: list[dict[str, Any]]) -> float | None:
+    """The last record's loss above the median of the (up to) 5 finite losses before it, in units
+    of the noise() of the finite losses before it; None as loss_spike_ratio, or with no noise.
+    Read every step by the skip_batch guard."""
+    if loss_spike_ratio(train) is None:
+        return None
+    prev = _finite([r["loss"] for r in train[:-1]])
+    spread = noise(prev)
+    if not spread:
+        return None
+    return (train[-1]["loss"] - statistics.median(prev[-5:])) / spread
 
 
 def compute_signals(
@@ -139,6 +179,14 @@ def compute_signals(
     if third >= 3:
         earlier = [statistics.fmean(losses[i : i + 3]) for i in range(len(losses) - third - 2)]
         rise = statistics.fmean(losses[-third:]) / min(earlier) - 1.0
+    spread = noise(losses)
+    rise_sigmas = None
+    if rise is not None and spread and third >= 3:
+        rise_sigmas = (statistics.fmean(losses[-third:]) - min(earlier)) / spread
+    change_se = None
+    if half >= 2 and spread is not None:
+        # the two halves' means each carry noise / sqrt(half): their difference sqrt(2 / half)
+        change_se = spread * math.sqrt(2.0 / half) / statistics.fmean(losses[:half])
     val_losses = _finite([r["val_loss"] for r in val])
     val_rel = None
     if len(val_losses) >= 2:
@@ -146,6 +194,7 @@ def compute_signals(
     grads = _finite([r["grad_norm"] for r in train])
     grad_median = statistics.median(grads) if grads else None
     grad_spike = max(grads) / grad_median if grads and grad_median else None
+    log_grads = [math.log(g) for g in grads if g > 0]
     norms = _finite([r.get("param_norm") for r in train])
     ratios = _finite([r.get("update_ratio") for r in train])
     fraction = _layer_means(train, "moe/expert_fraction")
@@ -174,11 +223,16 @@ def compute_signals(
         loss_rise=rise,
         loss_zscore=zscore,
         loss_spike_ratio=loss_spike_ratio(train),
+        loss_noise=spread,
+        loss_noise_rel=spread / statistics.fmean(losses) if spread is not None else None,
+        loss_rise_sigmas=rise_sigmas,
+        loss_change_se=change_se,
         val_loss=val_losses[-1] if val_losses else None,
         val_rel_change=val_rel,
         grad_norm=last.get("grad_norm"),
         grad_norm_median=grad_median,
         grad_spike_ratio=grad_spike,
+        grad_spike_sigmas=jump_sigmas(log_grads),
         update_ratio=ratios[-1] if ratios else None,
         param_norm_growth=norms[-1] / norms[0] if len(norms) >= 2 and norms[0] > 0 else None,
         lr=last.get("lr"),

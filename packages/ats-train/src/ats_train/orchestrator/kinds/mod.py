@@ -6,6 +6,7 @@ import statistics
 from typing import TYPE_CHECKING
 
 from ats_train.orchestrator.base import (
+    AFTER_EVALUATIONS,
     Change,
     Evidence,
     Intervention,
@@ -27,6 +28,8 @@ class ModCapacity(Intervention):
 
     name = "mod_capacity"
     action = "MoD capacity one step towards target"
+    phase = AFTER_EVALUATIONS
+    evidence = "a window of train records after warmup"
 
     def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
         target, s = self.settings.target_capacity, evidence.signals
@@ -64,6 +67,7 @@ class ModCollapse(Intervention):
 
     name = "mod_collapse"
     action = "mod_predictor loss weight x factor"
+    evidence = "the causal predictors' kept share over the last 3 steps"
 
     def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
         layers = run.model.mod_layers()

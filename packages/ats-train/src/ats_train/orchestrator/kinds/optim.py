@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ats_train.orchestrator.base import (
+    AFTER_EVALUATIONS,
+    ANY_TIME,
     Change,
     Evidence,
     Intervention,
@@ -23,19 +25,30 @@ if TYPE_CHECKING:
 
 
 class LRCut(Intervention):
-    """Divergence: the mean loss of the window's last third is `rise` (relative) above the
-    best 3-step mean before it, or the val loss rose `rise` above its best. Action: lr_scale
-    x `scale` (>= `min_lr_scale`)."""
+    """Divergence: the mean loss of the window's last third is more than `sigmas` x the run's
+    step-to-step loss noise above the best 3-step mean before it, or the val loss rose above its
+    best by more than `sigmas` x the relative noise. Action: lr_scale x `scale` (>=
+    `min_lr_scale`)."""
 
     name = "lr_cut"
     action = "lr_scale x factor"
+    phase = AFTER_EVALUATIONS
+    evidence = "9+ train records after warmup (thirds of 3), their noise; val losses if any"
 
     def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
-        s, t = evidence.signals, self.settings.rise
-        rise = max(s.loss_rise or 0.0, s.val_rel_change or 0.0)
-        if rise <= t or orch.lr_scale <= self.settings.min_lr_scale:
+        s, t = evidence.signals, self.settings.sigmas
+        if orch.lr_scale <= self.settings.min_lr_scale or not s.loss_noise_rel:
             return None
-        return Trigger(f"loss rose {rise:.1%} (> {t:.0%}): diverging", above(rise, t))
+        rise = s.loss_rise_sigmas or 0.0
+        val_rise = (s.val_rel_change or 0.0) / s.loss_noise_rel
+        if max(rise, val_rise) <= t:
+            return None
+        what = "loss" if rise >= val_rise else "val loss"
+        return Trigger(
+            f"{what} rose {max(rise, val_rise):.1f} noise sigmas (> {t:g}; noise "
+            f"{s.loss_noise_rel:.2%} of the loss): diverging",
+            above(max(rise, val_rise), t),
+        )
 
     def apply(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Change:
         before = orch.lr_scale
@@ -44,25 +57,37 @@ class LRCut(Intervention):
 
 
 class LRRewarm(Intervention):
-    """Plateau: the window's second half improved on its first by less than `plateau`
-    (relative), outside the planned final quarter of the schedule. Action: lr_scale x `scale`, so
-    that the lr climbs back, never above `max_lr_ratio` x optim.lr."""
+    """Plateau: the window's second half differs from its first by less than `sigmas` standard
+    errors (from the run's step-to-step noise), where that standard error is at most half of
+    `plateau` (a real improvement of `plateau` per window would have shown), outside the planned
+    final quarter of the schedule. Action: lr_scale x `scale`, so that the lr climbs back, never
+    above `max_lr_ratio` x optim.lr."""
 
     name = "lr_rewarm"
     action = "lr_scale x factor"
+    phase = AFTER_EVALUATIONS
+    evidence = "a window of train records after warmup quiet enough to resolve `plateau`"
 
     def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
-        s, t = evidence.signals, self.settings.plateau
-        if s.loss_rel_change is None or s.lr is None:
+        s = evidence.signals
+        change, se = s.loss_rel_change, s.loss_change_se
+        if change is None or se is None or s.lr is None:
             return None
         if run.step > 0.75 * run.setting("train.steps"):
             return None
-        if not -t < s.loss_rel_change < t:  # falling (fine) or rising (lr_cut's case)
+        if se > 0.5 * self.settings.plateau:  # too noisy to tell a plateau from slow progress
+            return None
+        band = self.settings.sigmas * se
+        if not -band < change < band:  # falling (fine) or rising (lr_cut's case)
             return None
         if s.lr * self.settings.scale > self.settings.max_lr_ratio * run.setting("optim.lr"):
             return None
-        confidence = min(1.0, 0.5 + 0.5 * (1 - abs(s.loss_rel_change) / t))
-        return Trigger(f"loss moved {s.loss_rel_change:+.2%} over the window: plateau", confidence)
+        confidence = min(1.0, 0.5 + 0.5 * (1 - abs(change) / band))
+        return Trigger(
+            f"loss moved {change:+.2%} over the window, within {self.settings.sigmas:g} "
+            f"standard errors ({se:.2%}): plateau",
+            confidence,
+        )
 
     def apply(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Change:
         before = orch.lr_scale
@@ -71,22 +96,27 @@ class LRRewarm(Intervention):
 
 
 class GradClip(Intervention):
-    """Grad-norm spikes: the window's largest grad norm is `spike_ratio` x its median. Action:
+    """Gradient explosion: some step's log grad norm jumped above the median of the 5 before it by
+    more than `sigmas` x the window's step-to-step spread of the log grad norm. Action:
     optim.grad_clip x `scale` (no clipping yet: clip at 2 x the median), never below `min_clip`."""
 
     name = "grad_clip"
     action = "optim.grad_clip x factor"
+    recovery = True
+    phase = ANY_TIME
+    evidence = "grad norms of orchestrator.min_records steps, their noise"
 
     def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
-        s, t = evidence.signals, self.settings.spike_ratio
-        if s.grad_spike_ratio is None or s.grad_spike_ratio <= t:
+        s, t = evidence.signals, self.settings.sigmas
+        if s.grad_spike_sigmas is None or s.grad_spike_sigmas <= t:
             return None
         clip = run.setting("optim.grad_clip")
         if clip and clip <= self.settings.min_clip:
             return None
         return Trigger(
-            f"grad norm spiked to {s.grad_spike_ratio:.1f}x its median {s.grad_norm_median:.3g}",
-            above(s.grad_spike_ratio, t),
+            f"grad norm jumped {s.grad_spike_sigmas:.1f} noise sigmas (> {t:g}), to "
+            f"{s.grad_spike_ratio:.1f}x its median {s.grad_norm_median:.3g}",
+            above(s.grad_spike_sigmas, t),
         )
 
     def apply(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Change:
@@ -107,6 +137,8 @@ class WeightDecay(Intervention):
 
     name = "weight_decay"
     action = "decayed groups' weight_decay x factor"
+    phase = AFTER_EVALUATIONS
+    evidence = "parameter norms over a window after warmup"
 
     def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
         s, t = evidence.signals, self.settings.norm_growth

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from ats_train.checkpoint import checkpoint_step
 from ats_train.orchestrator.base import (
+    ANY_TIME,
     Change,
     Evidence,
     Intervention,
@@ -16,28 +17,34 @@ from ats_train.orchestrator.base import (
 )
 from ats_train.orchestrator.changes import Rollback as RollbackTo
 from ats_train.orchestrator.changes import SkipUpdate, SplitMicroBatch
-from ats_train.orchestrator.signals import loss_spike_ratio
+from ats_train.orchestrator.signals import loss_spike_ratio, loss_spike_sigmas
 
 if TYPE_CHECKING:
     from ats_train.orchestrator.handle import RunHandle
 
 
 class SkipBatch(Intervention):
-    """Loss spike: this step's loss is (1 + `spike`) x the median of the 5 steps before it.
-    Action: the update is not taken (the gradients are dropped, the optimizer does not step); the
-    batch is consumed."""
+    """Loss spike: this step's loss is above the median of the 5 steps before it by more than
+    `sigmas` x the window's step-to-step loss noise. Action: the update is not taken (the
+    gradients are dropped, the optimizer does not step); the batch is consumed. Judged before the
+    update, so not with train.overlap_host (the update is queued before the loss is read)."""
 
     name = "skip_batch"
     action = "skip this update"
     guard = True
+    recovery = True
+    phase = ANY_TIME
+    evidence = "this step's loss and orchestrator.min_records losses before it"
 
     def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
-        ratio, t = loss_spike_ratio(evidence.records), self.settings.spike
-        if ratio is None or ratio <= 1.0 + t:
+        z, t = loss_spike_sigmas(evidence.records), self.settings.sigmas
+        if z is None or z <= t:
             return None
+        ratio = loss_spike_ratio(evidence.records)
         return Trigger(
-            f"loss {evidence.records[-1]['loss']:.3f} is {ratio:.2f}x the window median",
-            above(ratio - 1.0, t),
+            f"loss {evidence.records[-1]['loss']:.3f} is {z:.1f} noise sigmas (> {t:g}) above the "
+            f"median of the steps before it ({ratio:.2f}x)",
+            above(z, t),
         )
 
     def apply(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Change:
@@ -47,12 +54,17 @@ class SkipBatch(Intervention):
 
 class Rollback(Intervention):
     """NaN / inf: this step's loss or grad norm is not finite. Action: reload the latest checkpoint
-    (model, optimizer, loader, RNG, knobs; the decision history is kept) and lr_scale x `scale`.
-    Without a checkpoint there is nothing to roll back to and the guard does not fire."""
+    (model, optimizer, loader, RNG, knobs; the decision history is kept); when the previous
+    rollback was at most `repeat_within` steps before, lr_scale x `scale`, else x `first_scale`
+    (1: a one-off NaN replays at the same lr; one that comes back replays slower). Without a checkpoint there is
+    nothing to roll back to and the guard does not fire."""
 
     name = "rollback"
     action = "reload the latest checkpoint, lr_scale x factor"
     guard = True
+    recovery = True
+    phase = ANY_TIME
+    evidence = "this step's loss and grad norm, a checkpoint"
 
     def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
         record = evidence.records[-1]
@@ -65,11 +77,19 @@ class Rollback(Intervention):
         path = run.latest_checkpoint()
         assert path is not None  # check() found it
         before_step, before_scale = run.step, orch.lr_scale
+        step = evidence.records[-1]["step"]
+        repeat = any(
+            d["kind"] == self.name
+            and d["applied"]
+            and step - d["step"] <= self.settings.repeat_within
+            for d in orch.history
+        )
         keep = orch.state_dict()
         run.apply(RollbackTo(path))  # restores the checkpoint's orchestrator state: put ours back
         orch.load_state_dict(keep)  # and decisions.jsonl rewritten to it
         orch.reset_window()
-        orch.lr_scale = before_scale * self.settings.scale
+        factor = self.settings.scale if repeat else self.settings.first_scale
+        orch.lr_scale = before_scale * factor
         evidence.records[-1]["rolled_back"] = True  # the loop neither evaluates nor saves it
         return {
             "step": [before_step, checkpoint_step(path)],
@@ -85,6 +105,9 @@ class OOMRecovery(Intervention):
     name = "oom"
     action = "halve the micro-batch, retry the step"
     guard = True
+    recovery = True
+    phase = ANY_TIME
+    evidence = "a torch.OutOfMemoryError in forward / backward, a micro-batch above 1"
 
     def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
         micro = run.batch.micro_batch

@@ -7,6 +7,8 @@ import statistics
 from typing import TYPE_CHECKING
 
 from ats_train.orchestrator.base import (
+    AFTER_EVALUATIONS,
+    ANY_TIME,
     Change,
     Evidence,
     Intervention,
@@ -29,6 +31,8 @@ class BatchRamp(Intervention):
 
     name = "batch_ramp"
     action = "global batch x factor"
+    phase = AFTER_EVALUATIONS
+    evidence = "a window of train records after warmup"
 
     def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
         s, target = evidence.signals, self.settings.max_batch_size
@@ -77,6 +81,8 @@ class EvalCkptFrequency(Intervention):
 
     name = "eval_ckpt_frequency"
     action = "eval and checkpoint intervals x factor"
+    phase = ANY_TIME
+    evidence = "orchestrator.min_records train records"
 
     def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
         events = instability_events(evidence.records)
@@ -109,6 +115,8 @@ class EarlyStop(Intervention):
 
     name = "early_stop"
     action = "stop the run after this step"
+    phase = AFTER_EVALUATIONS
+    evidence = "patience + 1 evaluations after warmup"
 
     def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
         detector = ConvergenceDetector(self.settings.min_delta, self.settings.patience)
