@@ -249,6 +249,7 @@ def test_eval_and_checkpoint_more_often_under_instability(run, clean_run, only) 
     r = run(
         **only("eval_ckpt_frequency"),
         **{"faults.loss_spike_at_step": 18, "checkpoint.every": 10},
+        **{"orchestrator.eval_ckpt_frequency.min_interval": 1},  # the default floor is 50 steps
     )
     (d,) = r.fired("eval_ckpt_frequency")
     assert d["change"] == {"train.eval_every": [10, 5], "checkpoint.every": [10, 5]}

@@ -124,3 +124,28 @@ def test_a_spike_is_measured_in_units_of_the_noise() -> None:
     assert loss_spike_sigmas(records) == pytest.approx((5.0 - 2.1) / spread)
     records[-1]["loss"] = 2.05
     assert abs(loss_spike_sigmas(records)) < 1
+
+
+def test_loss_spike_ratio_has_no_value_for_losses_at_or_below_zero() -> None:
+    """GRPO's loss is 0 when every completion of a group earns the same reward (no advantage),
+    and may be negative: a ratio to such a median means nothing (it divided by zero)."""
+    from ats_train.orchestrator.signals import loss_spike_ratio, loss_spike_sigmas
+
+    zeros = [{"loss": 0.0} for _ in range(6)]
+    assert loss_spike_ratio(zeros) is None and loss_spike_sigmas(zeros) is None
+    negative = [{"loss": v} for v in (-0.2, -0.1, -0.3, -0.2, 0.5)]
+    assert loss_spike_ratio(negative) is None
+    assert loss_spike_ratio([{"loss": v} for v in (2.0, 2.0, 2.0, 3.0)]) == 1.5
+
+
+def test_instability_events_are_relative_to_the_runs_own_noise() -> None:
+    """A healthy run with noisy batch losses (the 124M stdlib run swung 2.8-4.0 step to step) has
+    no events; one loss far above that noise is one event; a non-finite loss is one."""
+    from ats_train.orchestrator.kinds.run import instability_events
+
+    rng = np.random.default_rng(0)
+    noisy = [{"loss": 3.5 + 0.4 * z, "grad_norm": 0.6} for z in rng.standard_normal(100)]
+    assert instability_events(noisy, sigmas=8.0) == 0
+    spiked = [*noisy[:50], {"loss": 3.5 + 8.0, "grad_norm": 0.6}, *noisy[50:]]
+    assert instability_events(spiked, sigmas=8.0) == 1
+    assert instability_events([*noisy, {"loss": float("nan"), "grad_norm": 0.6}], 8.0) == 1

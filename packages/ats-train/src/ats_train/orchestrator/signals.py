@@ -129,7 +129,8 @@ def jump_sigmas(values: list[float]) -> float | None:
 
 def loss_spike_ratio(train: list[dict[str, Any]]) -> float | None:
     """The last record's loss / the median of the (up to) 5 finite losses before it; None with
-    fewer than 3 finite losses before it or a non-finite last loss. Read every step by the
+    fewer than 3 finite losses before it, a non-finite last loss, or a median <= 0 (objectives
+    whose loss is zero or negative, e.g. GRPO's, have no ratio). Read every step by the
     skip_batch guard."""
     if not train:
         return None
@@ -137,7 +138,8 @@ def loss_spike_ratio(train: list[dict[str, Any]]) -> float | None:
     prev = _finite([r["loss"] for r in train[:-1]])
     if loss is None or not math.isfinite(loss) or len(prev) < 3:
         return None
-    return loss / statistics.median(prev[-5:])
+    median = statistics.median(prev[-5:])
+    return loss / median if median > 0 else None
 
 
 def loss_spike_sigmas(train: list[dict[str, Any]]) -> float | None:

@@ -18,6 +18,7 @@ from ats_train.orchestrator.base import (
 )
 from ats_train.orchestrator.changes import SetBatchSize, SetCadence
 from ats_train.orchestrator.convergence import ConvergenceDetector
+from ats_train.orchestrator.signals import noise
 
 if TYPE_CHECKING:
     from ats_train.orchestrator.handle import RunHandle
@@ -58,17 +59,25 @@ def _finite(value: float | None) -> bool:
     return value is not None and math.isfinite(value)
 
 
-def instability_events(records: list[dict]) -> int:
-    """Steps in `records` with a skipped update, a non-finite loss or grad norm, a loss > 1.15x
-    the median of the 5 steps before it (skip_batch's test) or a grad norm > 20x the median."""
+def instability_events(records: list[dict], sigmas: float) -> int:
+    """Steps in `records` with a skipped update, a non-finite loss or grad norm, a loss more than
+    `sigmas` x the window's step-to-step noise above the median of the 5 steps before it, or a
+    grad norm > 20x the median. Relative to the run's own noise: a noisy but healthy run (small
+    batches, mixed documents) has no events."""
     grads = [r["grad_norm"] for r in records if _finite(r["grad_norm"])]
     grad_med = statistics.median(grads) if grads else math.inf
+    spread = noise([r["loss"] for r in records if _finite(r["loss"])])
     count = 0
     for i, r in enumerate(records):
         loss, grad = r["loss"], r["grad_norm"]
         bad = (loss is not None and not _finite(loss)) or (grad is not None and not _finite(grad))
         before = [x["loss"] for x in records[max(0, i - 5) : i] if _finite(x["loss"])]
-        spike = _finite(loss) and len(before) >= 3 and loss > 1.15 * statistics.median(before)
+        spike = (
+            _finite(loss)
+            and bool(spread)
+            and len(before) >= 3
+            and loss - statistics.median(before) > sigmas * spread
+        )
         spike = spike or (_finite(grad) and grad > 20 * grad_med)
         count += bool(r.get("skipped") or bad or spike)
     return count
@@ -85,7 +94,7 @@ class EvalCkptFrequency(Intervention):
     evidence = "orchestrator.min_records train records"
 
     def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
-        events = instability_events(evidence.records)
+        events = instability_events(evidence.records, self.settings.sigmas)
         if events < self.settings.events:
             return None
         floor = max(1, self.settings.min_interval)
