@@ -61,6 +61,9 @@ class GradClipSettings(KindSettings):
     # a spike: some step's log grad norm above the median of the 5 before it by more than
     # `sigmas` x the robust step-to-step spread of the log grad norm over the window
     sigmas: float = 10.0
+    # and at least this many times the window's median grad norm: on a smooth run the spread is
+    # tiny and a 4-7x swing passed 10 sigmas (a healthy 10M H200 run had its clip halved twice)
+    min_ratio: float = 10.0
     scale: float = 0.5  # optim.grad_clip x scale
     min_clip: float = 0.05  # optim.grad_clip is never set below this
 
@@ -71,6 +74,9 @@ class SkipBatchSettings(KindSettings):
     # a spike: the loss above the median of the 5 steps before it by more than `sigmas` x the
     # robust step-to-step spread of the loss over the window
     sigmas: float = 8.0
+    # and at least this many times that median: on a smooth run the spread is tiny and a healthy
+    # 1.07x batch passed 8 sigmas (a 10M H200 run skipped two good updates)
+    min_ratio: float = 1.2
 
 
 @dataclass(frozen=True)

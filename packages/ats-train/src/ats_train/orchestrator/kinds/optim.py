@@ -110,6 +110,8 @@ class GradClip(Intervention):
         s, t = evidence.signals, self.settings.sigmas
         if s.grad_spike_sigmas is None or s.grad_spike_sigmas <= t:
             return None
+        if s.grad_spike_ratio is None or s.grad_spike_ratio < self.settings.min_ratio:
+            return None
         clip = run.setting("optim.grad_clip")
         if clip and clip <= self.settings.min_clip:
             return None

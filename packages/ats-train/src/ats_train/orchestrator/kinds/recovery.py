@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 class SkipBatch(Intervention):
     """Loss spike: this step's loss is above the median of the 5 steps before it by more than
-    `sigmas` x the window's step-to-step loss noise. Action: the update is not taken (the
+    `sigmas` x the window's step-to-step loss noise and by at least `min_ratio` x that median. Action: the update is not taken (the
     gradients are dropped, the optimizer does not step); the batch is consumed. Judged before the
     update, so not with train.overlap_host (the update is queued before the loss is read)."""
 
@@ -38,9 +38,9 @@ class SkipBatch(Intervention):
 
     def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
         z, t = loss_spike_sigmas(evidence.records), self.settings.sigmas
-        if z is None or z <= t:
-            return None
         ratio = loss_spike_ratio(evidence.records)
+        if z is None or z <= t or ratio is None or ratio < self.settings.min_ratio:
+            return None
         return Trigger(
             f"loss {evidence.records[-1]['loss']:.3f} is {z:.1f} noise sigmas (> {t:g}) above the "
             f"median of the steps before it ({ratio:.2f}x)",
