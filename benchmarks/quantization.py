@@ -4,6 +4,12 @@ decode tok/s of float, RTN int8, RTN int4 (g32, g128), GPTQ int4 (g128), optimum
 int8/int4 (torch engine) and llama.cpp's Q8_0/Q4_0 of the GGUF export (when --llama-python
 names a Python that imports llama_cpp; its perplexity is computed here from its logits).
 
+    # the stdlib's train split, tokenized once (the models are trained on a CUDA device)
+    uv run ats-tokenizer train --input $(python -c "from ats_data.sources import open_source; \
+        print(' '.join(str(f.path) for f in open_source('stdlib').files))") --vocab-size 2048 \
+        --out .qdata/tokenizer.json --special '<|endoftext|>' '<|im_start|>' '<|im_end|>'
+    uv run ats-data prepare --source stdlib --tokenizer .qdata/tokenizer.json --out .qdata/stdlib \
+        --val-fraction 0.05
     uv run ats-train --config benchmarks/quantization_dense.toml --run-dir runs/qdense   # and _moe
     uv run python benchmarks/quantization.py --model dense=runs/qdense/model --model moe=runs/qmoe/model \
         --work /tmp/quant-bench --seq-len 128 --max-tokens 16384 --threads 2 \
