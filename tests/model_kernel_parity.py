@@ -1,10 +1,12 @@
 """Run by test_model_kernel_parity.py in a process with TRITON_INTERPRET=1 (or on a CUDA device):
 one model built twice, kernels="reference" and kernels="triton", same weights and batch; prints
-JSON {loss, triton_loss, max_grad_rel_err}. argv: PRESET DEVICE MODE, MODE "fp32" (no autocast)
-or "bf16-stream" (bf16 autocast with the residual stream in bf16: the norms write bf16, the fused
-residual add runs on a bf16 stream). The Triton model fuses its head into the loss
-(ForwardOptions.fused_loss, in chunks of 24 of the 64 rows) and its q|k|v and gate|up projections
-(rope_qkv, swiglu_packed) against the reference's plain ones."""
+one JSON line {preset, mode, loss, triton_loss, max_grad_rel_err} per PRESET:MODE, all in one
+process (the interpreter's start and Triton's import are paid once).
+argv: DEVICE PRESET:MODE..., MODE "fp32" (no autocast) or "bf16-stream" (bf16 autocast with the
+residual stream in bf16: the norms write bf16, the fused residual add runs on a bf16 stream). The
+Triton model fuses its head into the loss (ForwardOptions.fused_loss, in chunks of 24 of the 64
+rows) and its q|k|v and gate|up projections (rope_qkv, swiglu_packed) against the reference's
+plain ones."""
 
 import contextlib
 import json
@@ -27,7 +29,7 @@ def loss_and_grads(model: torch.nn.Module, x: torch.Tensor, mode: str) -> tuple[
     return loss.item(), {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
 
 
-def main(preset: str, device: str, mode: str) -> None:
+def compare(preset: str, device: str, mode: str) -> dict:
     config = presets.get(preset)
     torch.manual_seed(0)
     reference = build_model(config, device=torch.device(device), kernels="reference")
@@ -47,8 +49,14 @@ def main(preset: str, device: str, mode: str) -> None:
     err = max(
         ((fast_grads[n] - g).norm() / g.norm().clamp_min(1e-12)).item() for n, g in grads.items()
     )
-    print(json.dumps({"loss": loss, "triton_loss": fast_loss, "max_grad_rel_err": err}))
+    return {"loss": loss, "triton_loss": fast_loss, "max_grad_rel_err": err}
+
+
+def main(device: str, cases: list[str]) -> None:
+    for case in cases:
+        preset, mode = case.split(":")
+        print(json.dumps({"preset": preset, "mode": mode, **compare(preset, device, mode)}))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], sys.argv[3])
+    main(sys.argv[1], sys.argv[2:])

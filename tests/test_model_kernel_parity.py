@@ -20,23 +20,34 @@ SCRIPT = Path(__file__).with_name("model_kernel_parity.py")
 TOLERANCE = {"fp32": (1e-5, 1e-4), "bf16-stream": (1e-3, 6e-2)}
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("mode", ["fp32", "bf16-stream"])
-@pytest.mark.parametrize("preset", ["tiny-dense", "tiny-hybrid"])
-def test_triton_kernel_set_matches_reference(preset: str, mode: str) -> None:
+PRESETS = ("tiny-dense", "tiny-hybrid")
+
+
+@pytest.fixture(scope="module")
+def parity() -> dict[tuple[str, str], dict]:
+    """(preset, mode) -> model_kernel_parity.py's result, every case in one fresh process."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
     env = {**os.environ}
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"  # set before the fresh process imports triton
+    cases = [f"{preset}:{mode}" for preset in PRESETS for mode in TOLERANCE]
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), preset, device, mode],
+        [sys.executable, str(SCRIPT), device, *cases],
         env=env,
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=1800,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    results = [json.loads(line) for line in proc.stdout.strip().splitlines()[-len(cases) :]]
+    return {(r["preset"], r["mode"]): r for r in results}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", list(TOLERANCE))
+@pytest.mark.parametrize("preset", PRESETS)
+def test_triton_kernel_set_matches_reference(preset: str, mode: str, parity: dict) -> None:
+    result = parity[preset, mode]
     loss_rel, grad_rel = TOLERANCE[mode]
     assert result["triton_loss"] == pytest.approx(result["loss"], rel=loss_rel)
     assert result["max_grad_rel_err"] < grad_rel, result

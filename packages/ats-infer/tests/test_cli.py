@@ -1,37 +1,82 @@
-"""cli.py as a user runs it (a subprocess): the three commands, --help, and one-line errors."""
+"""cli.py as a user runs it: the commands, --help, and one-line errors. The cases call cli.main in
+this process (the same parser, handlers and exit codes, without an interpreter start per call);
+test_entry_point runs the real `python -m ats_infer.cli` for the exit statuses it returns."""
 
 import json
+import logging
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import pytest
+import torch
+from ats_infer.cli import main
 
 
-def ats_infer(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "ats_infer.cli", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
 
 
-def assert_one_line_error(result: subprocess.CompletedProcess, message: str) -> None:
+@pytest.fixture
+def ats_infer(capsys: pytest.CaptureFixture[str]) -> Callable[..., Result]:
+    """ats_infer(*args) -> what `ats-infer ARGS` exits with and prints (argparse's SystemExit is
+    the exit status; main's logging handler and torch's thread count are put back afterwards)."""
+
+    def run(*args: object) -> Result:
+        logger = logging.getLogger("ats_infer")
+        handlers, threads = list(logger.handlers), torch.get_num_threads()
+        capsys.readouterr()
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as exit_:
+            code = exit_.code
+        finally:
+            logger.handlers[:] = handlers
+            torch.set_num_threads(threads)
+        out = capsys.readouterr()
+        return Result(code, out.out, out.err)
+
+    return run
+
+
+def assert_one_line_error(result: Result, message: str) -> None:
     assert result.returncode == 1, result.stderr
     lines = result.stderr.strip().splitlines()
     assert lines[-1].startswith("ats-infer: error:") and message in lines[-1], result.stderr
     assert "Traceback" not in result.stderr
 
 
+def test_entry_point(tmp_path) -> None:
+    """The installed module as a process: --help exits 0, a bad directory 1 with one line, a bad
+    choice 2 (argparse)."""
+
+    def ats_infer_process(*args: object) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "ats_infer.cli", *map(str, args)]
+        return subprocess.run(command, capture_output=True, text=True, timeout=300)
+
+    result = ats_infer_process("quantize", "--help")
+    assert result.returncode == 0 and "usage: ats-infer quantize" in result.stdout
+    assert_one_line_error(
+        ats_infer_process("quantize", tmp_path / "nowhere", "--bits", "8", "--out", tmp_path / "q"),
+        "not a model directory",
+    )
+    usage = ats_infer_process("quantize", tmp_path, "--bits", "3", "--out", tmp_path / "q")
+    assert usage.returncode == 2 and "invalid choice: 3" in usage.stderr
+
+
 @pytest.mark.parametrize("command", ["generate", "quantize", "export-gguf", "eval-ppl"])
-def test_help(command: str) -> None:
+def test_help(command: str, ats_infer) -> None:
     result = ats_infer(command, "--help")
     assert result.returncode == 0 and "usage: ats-infer " + command in result.stdout
 
 
-def test_quantize_and_export(dense_dir, tmp_path) -> None:
+def test_quantize_and_export(dense_dir, tmp_path, ats_infer) -> None:
     result = ats_infer(
         "quantize", dense_dir, "--bits", "4", "--group-size", "32", "--out", tmp_path / "q4"
     )
@@ -43,7 +88,7 @@ def test_quantize_and_export(dense_dir, tmp_path) -> None:
     assert (tmp_path / "m.gguf").read_bytes()[:4] == b"GGUF"
 
 
-def test_bad_input_exits_with_one_line(dense_dir, tmp_path) -> None:
+def test_bad_input_exits_with_one_line(dense_dir, tmp_path, ats_infer) -> None:
     assert_one_line_error(
         ats_infer("quantize", dense_dir, "--bits", "4", "--out", tmp_path / "q"), "--group-size"
     )
@@ -69,7 +114,7 @@ def test_bad_input_exits_with_one_line(dense_dir, tmp_path) -> None:
 
 
 @pytest.mark.parametrize("engine", ["torch", "native"])
-def test_generate_is_greedy_and_engines_agree(trained_dense_dir, engine) -> None:
+def test_generate_is_greedy_and_engines_agree(trained_dense_dir, engine, ats_infer) -> None:
     if engine == "native":
         pytest.importorskip("ats_native")
     args = ["generate", trained_dense_dir, "--prompt", "def f(x):\n", "--temperature", "0"]
@@ -88,7 +133,7 @@ def copy_with_config(model_dir, tmp_path, **changes):
     return directory
 
 
-def test_bad_model_directories_exit_with_one_line(dense_dir, tmp_path) -> None:
+def test_bad_model_directories_exit_with_one_line(dense_dir, tmp_path, ats_infer) -> None:
     """Issue 22's reproducers: no traceback, rc 1, the file, field and value named."""
     bad = copy_with_config(dense_dir, tmp_path, n_head=0)
     assert_one_line_error(
@@ -118,7 +163,7 @@ def test_bad_model_directories_exit_with_one_line(dense_dir, tmp_path) -> None:
     assert not (tmp_path / "q").exists() and not (tmp_path / "m.gguf").exists()
 
 
-def test_outputs_are_replaced_only_with_force(dense_dir, tmp_path) -> None:
+def test_outputs_are_replaced_only_with_force(dense_dir, tmp_path, ats_infer) -> None:
     other = tmp_path / "other"
     shutil.copytree(dense_dir, other)
     weights = (other / "model.safetensors").read_bytes()
@@ -138,7 +183,9 @@ def test_outputs_are_replaced_only_with_force(dense_dir, tmp_path) -> None:
 
 
 @pytest.mark.parametrize("engine", ["torch", "native"])
-def test_threads_and_seed_out_of_range_exit_with_one_line(trained_dense_dir, engine) -> None:
+def test_threads_and_seed_out_of_range_exit_with_one_line(
+    trained_dense_dir, engine, ats_infer
+) -> None:
     """--threads 100000 once started >32k threads; a negative --seed was a nanobind TypeError
     (test_engine.py checks the bounds themselves)."""
     if engine == "native":

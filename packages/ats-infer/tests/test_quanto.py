@@ -14,8 +14,12 @@ from ats_infer.tensor_files import load_tensors
 pytest.importorskip("optimum.quanto")
 from ats_infer.quanto_dir import quanto_model_dir  # noqa: E402
 
+# int4's first use in a fresh environment JIT-builds quanto's C++ unpack extension (~2 min on 2
+# loaded cores; then cached beside the installed package): slow, so `-m "not slow"` skips it
+INT4 = pytest.param(4, 1.25, None, marks=pytest.mark.slow)
 
-@pytest.mark.parametrize(("bits", "max_ppl_ratio", "min_top1"), [(8, 1.01, 0.99), (4, 1.25, None)])
+
+@pytest.mark.parametrize(("bits", "max_ppl_ratio", "min_top1"), [(8, 1.01, 0.99), INT4])
 def test_trained_model_round_trip(
     trained_dense_dir, held_out_ids, oracle, tmp_path, bits, max_ppl_ratio, min_top1
 ) -> None:

@@ -1,5 +1,7 @@
 """Runs this folder's CPU (interpreter) cases in a fresh process when this one imported triton
-before TRITON_INTERPRET=1 could take effect (a whole-workspace pytest run does)."""
+before TRITON_INTERPRET=1 could take effect (a whole-workspace pytest run does). Slow: the quick
+tier `-m "not slow"` of the whole workspace leaves the interpreted cases out; run alone
+(`uv run pytest packages/ats-kernels`) they run in process."""
 
 import os
 import subprocess
@@ -10,6 +12,7 @@ import pytest
 import torch
 
 
+@pytest.mark.slow  # every kernel case interpreted again: the quick tier's largest item (91 s loaded)
 def test_cpu_cases_in_fresh_process(interpreter_ready: bool) -> None:
     if torch.cuda.is_available():
         pytest.skip("CUDA present: the kernels are compiled, not interpreted")

@@ -3,7 +3,6 @@ causal (predictor) routing with ragged selections, static / random rules, the pr
 router gradients, and the compute saving (FLOPs counted by torch, timing printed)."""
 
 import dataclasses
-import time
 
 import pytest
 import torch
@@ -178,31 +177,6 @@ def test_mod_really_saves_compute() -> None:
         # the block's own matmuls (all but router + predictor) fall to exactly c
         assert mm - routing * B * T == pytest.approx(c * (full_mm - routing * B * T), rel=1e-12)
         assert sdpa == pytest.approx(c * c * full_sdpa, rel=1e-9)  # c*T queries over c*T keys
-
-
-def test_mod_timing_forward_backward() -> None:
-    """Printed, not asserted (timed asserts do not belong in tests)."""
-    from ats_model import presets
-
-    base = dataclasses.replace(presets.get("tiny-dense"), dim=128, n_layer=2, ffn_dim=384, n_head=4)
-    idx = torch.randint(0, base.vocab_size, (2, 256))
-    times = {}
-    for name, cfg in (
-        ("dense", base),
-        (
-            "mod c=0.125 all blocks",
-            dataclasses.replace(base, family="mod", mod=MoDConfig(capacity=0.125, placement="all")),
-        ),
-    ):
-        model = build_model(cfg)
-        runs = []
-        for _ in range(3):
-            t0 = time.perf_counter()
-            out = model(idx, targets=idx)
-            (out.loss + sum(out.aux.values())).backward()
-            runs.append(time.perf_counter() - t0)
-        times[name] = f"{min(runs[1:]) * 1e3:.1f} ms"
-    print(f"\nMoD fwd+bwd timing, best of 2 (B=2, T=256, 2 layers): {times}")
 
 
 def test_mod_block_runs_under_cpu_autocast(make_config) -> None:

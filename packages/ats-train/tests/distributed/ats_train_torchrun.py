@@ -62,3 +62,37 @@ def train_losses(run_dir: Path) -> dict[int, float]:
 
 def model_weights(run_dir: Path) -> dict[str, torch.Tensor]:
     return load_file(str(run_dir / "model" / "model.safetensors"))
+
+
+# what every 2-rank run of test_backends.py and test_deepspeed.py shares with the single-process
+# run it must reproduce
+STEPS = 6
+RUN_VALUES = {
+    "train__steps": STEPS,
+    "train__sample_tokens": 0,
+    "train__precision": "fp32",
+    # MoE aux losses and capacity are per micro-batch: the same micro-batches on every layout
+    # (2 accumulation steps per rank: the boundary is exercised)
+    "train__micro_batch_size": 1,
+    "checkpoint__every": 2,
+    "checkpoint__keep_last": 3,
+    # constant LR after warmup, so a run sized to fewer steps has the same schedule prefix
+    "optim__lr": 1e-3,
+    "optim__min_lr": 1e-3,
+}
+
+
+# the single-process reference's extra settings (conftest.single_reference): the update ratio is
+# measured every 3 steps, which test_backends.py compares; it changes no loss or weight (mode
+# advise acts on nothing, and no orchestrator kind fires before min_records 8)
+REFERENCE_EXTRA = {"orchestrator__every": 3}
+
+
+def run_args(overrides, run_dir: Path, **extra: object) -> list[str]:  # noqa: ANN001
+    """`ats-train` arguments of a run on conftest's prepared data: RUN_VALUES updated by extra."""
+    return ["--run-dir", str(run_dir), *overrides(**{**RUN_VALUES, **extra})]
+
+
+def assert_ok(proc: subprocess.CompletedProcess) -> None:
+    lines = [line for line in proc.stderr.splitlines() if "Warning" not in line]
+    assert proc.returncode == 0, "\n".join(lines[:40] + ["..."] + lines[-40:])

@@ -1,5 +1,5 @@
-"""The setup the fsdp2_*_runner.py scripts share (imported from their own directory, which Python
-puts on sys.path when torchrun starts a script): this rank's FSDP2 backend on the CPU (gloo, fp32)
+"""The setup the fsdp2_*_check.py modules share (imported from this directory, which Python puts
+on sys.path when torchrun starts rank_checks_runner.py): this rank's FSDP2 backend on the CPU (gloo, fp32)
 and a freshly seeded model of a preset on the reference kernels, not yet wrapped."""
 
 import torch

@@ -16,50 +16,32 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from ats_train_torchrun import model_weights, run_ats_train, train_losses, train_records
+from ats_train_torchrun import (
+    REFERENCE_EXTRA,
+    STEPS,
+    assert_ok,
+    model_weights,
+    run_args,
+    run_ats_train,
+    train_losses,
+    train_records,
+)
 
 pytestmark = [pytest.mark.dist, pytest.mark.slow]
 
-STEPS = 6
 LOSS_RTOL = 1e-5
 WEIGHT_ATOL = 1e-5
 
 
-def _args(overrides, run_dir: Path, **extra: object) -> list[str]:
-    values = {
-        "train__steps": STEPS,
-        "train__sample_tokens": 0,
-        "train__precision": "fp32",
-        # MoE aux losses and capacity are per micro-batch: the same micro-batches on every layout
-        "train__micro_batch_size": 1,
-        "checkpoint__every": 2,
-        "checkpoint__keep_last": 3,
-        # constant LR after warmup, so a run sized to fewer steps has the same schedule prefix
-        "optim__lr": 1e-3,
-        "optim__min_lr": 1e-3,
-        # the update ratio is measured every `every` steps (no kind fires before min_records 8)
-        "orchestrator__every": 3,
-        **extra,
-    }
-    return ["--run-dir", str(run_dir), *overrides(**values)]
-
-
-def _ok(proc) -> None:  # noqa: ANN001
-    lines = [line for line in proc.stderr.splitlines() if "Warning" not in line]
-    assert proc.returncode == 0, "\n".join(lines[:40] + ["..."] + lines[-40:])
+def _args(overrides, run_dir: Path, **extra: object) -> list[str]:  # noqa: ANN001
+    """The reference's settings (conftest.single_reference), on another layout."""
+    return run_args(overrides, run_dir, **REFERENCE_EXTRA, **extra)
 
 
 def _assert_same_losses(got: dict[int, float], want: dict[int, float]) -> None:
     assert got.keys() <= want.keys() and got
     for step, loss in got.items():
         assert loss == pytest.approx(want[step], rel=LOSS_RTOL), f"step {step}"
-
-
-@pytest.fixture(scope="module")
-def reference(overrides, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    run_dir = tmp_path_factory.mktemp("single")
-    _ok(run_ats_train(_args(overrides, run_dir), nproc=None))
-    return run_dir
 
 
 @pytest.mark.parametrize(
@@ -74,7 +56,7 @@ def reference(overrides, tmp_path_factory: pytest.TempPathFactory) -> Path:
     ids=["ddp", "fsdp2", "fsdp2-no-reshard", "fsdp2-2-blocks-per-unit", "fsdp2-one-unit"],
 )
 def test_two_ranks_reproduce_the_single_process_run(
-    backend: str, unit_blocks: int, reshard: bool, reference: Path, overrides, tmp_path: Path
+    backend: str, unit_blocks: int, reshard: bool, single_reference: Path, overrides, tmp_path: Path
 ) -> None:
     """Global batch 4: single runs 4 micro-batches of 1, each rank 2 (accumulation + no_sync)."""
     extra = (
@@ -86,15 +68,15 @@ def test_two_ranks_reproduce_the_single_process_run(
         else {}
     )
     args = _args(overrides, tmp_path, parallel__backend=backend, **extra)
-    _ok(run_ats_train(args, nproc=2))
-    want = train_losses(reference)
+    assert_ok(run_ats_train(args, nproc=2))
+    want = train_losses(single_reference)
     got = train_losses(tmp_path)
     assert got.keys() == want.keys() == set(range(1, STEPS + 1))
     _assert_same_losses(got, want)
     # every MoE / MoD layer reports its record on every step (fsdp2 shards per block; blocks
     # that lost their records would show fewer rows), and aux losses and statistics are means over
     # the ranks' micro-batches: the single run's means over the same four micro-batches.
-    ref_records = train_records(reference)
+    ref_records = train_records(single_reference)
     for step, record in train_records(tmp_path).items():
         for key in ("moe/entropy", "moe/expert_fraction", "mod/selected_fraction"):
             assert len(record[key]) == len(ref_records[step][key]), (step, key)
@@ -108,33 +90,33 @@ def test_two_ranks_reproduce_the_single_process_run(
             want = ref_records[step].get(key)
             assert record.get(key) == (want if want is None else pytest.approx(want, rel=1e-5))
     assert any(r.get("update_ratio") is not None for r in ref_records.values())
-    assert len(train_records(reference)[1]["moe/entropy"]) == 2  # tiny-hybrid: 2 MoE layers
-    ref_w, w = model_weights(reference), model_weights(tmp_path)
+    assert len(train_records(single_reference)[1]["moe/entropy"]) == 2  # tiny-hybrid: 2 MoE layers
+    ref_w, w = model_weights(single_reference), model_weights(tmp_path)
     assert w.keys() == ref_w.keys()
     for name in ref_w:
         torch.testing.assert_close(w[name], ref_w[name], rtol=0, atol=WEIGHT_ATOL, msg=name)
 
 
 def test_fsdp2_checkpoint_resumes_on_one_and_on_two_ranks(
-    reference: Path, overrides, tmp_path: Path
+    single_reference: Path, overrides, tmp_path: Path
 ) -> None:
     """Saved by fsdp2 on 2 ranks at step 4, continued to step 6 by `single` on 1 rank and by
     fsdp2 on 2 ranks: steps 5 and 6 match the uninterrupted single-process run."""
     saved = tmp_path / "saved"
-    _ok(run_ats_train(_args(overrides, saved, train__steps=4, parallel__backend="fsdp2"), 2))
+    assert_ok(run_ats_train(_args(overrides, saved, train__steps=4, parallel__backend="fsdp2"), 2))
     assert (saved / "checkpoints" / "latest").read_text().strip() == "step-000004"
-    want = train_losses(reference)
+    want = train_losses(single_reference)
     for name, backend, nproc in (("on1", "single", None), ("on2", "fsdp2", 2)):
         run_dir = tmp_path / name
         shutil.copytree(saved, run_dir)
-        _ok(run_ats_train(_args(overrides, run_dir, parallel__backend=backend), nproc))
+        assert_ok(run_ats_train(_args(overrides, run_dir, parallel__backend=backend), nproc))
         got = train_losses(run_dir)
         assert {5, 6} <= got.keys()
         _assert_same_losses(got, want)
 
 
 def test_fsdp2_sharded_checkpoint_resumes_on_two_ranks_on_one_and_with_ddp(
-    reference: Path, overrides, tmp_path: Path
+    single_reference: Path, overrides, tmp_path: Path
 ) -> None:
     """checkpoint.format = sharded: fsdp2 on 2 ranks writes its DTensor optimizer shards to
     safetensors (one file per rank, nothing gathered) at step 4; fsdp2 on 2 ranks, `single` on 1
@@ -142,7 +124,7 @@ def test_fsdp2_sharded_checkpoint_resumes_on_two_ranks_on_one_and_with_ddp(
     restored Adam moments, match the uninterrupted single-process run."""
     saved = tmp_path / "saved"
     sharded = {"checkpoint__format": "sharded"}
-    _ok(
+    assert_ok(
         run_ats_train(
             _args(overrides, saved, train__steps=4, parallel__backend="fsdp2", **sharded), 2
         )
@@ -156,15 +138,17 @@ def test_fsdp2_sharded_checkpoint_resumes_on_two_ranks_on_one_and_with_ddp(
     assert {p.name for p in (step4 / "rng").iterdir()} == {
         f"rank-0000{r}.{ext}" for r in (0, 1) for ext in ("json", "safetensors")
     }
-    want = train_losses(reference)
+    want = train_losses(single_reference)
     for name, backend, nproc in (("on2", "fsdp2", 2), ("on1", "single", None), ("ddp", "ddp", 2)):
         run_dir = tmp_path / name
         shutil.copytree(saved, run_dir)
-        _ok(run_ats_train(_args(overrides, run_dir, parallel__backend=backend, **sharded), nproc))
+        assert_ok(
+            run_ats_train(_args(overrides, run_dir, parallel__backend=backend, **sharded), nproc)
+        )
         got = train_losses(run_dir)
         assert {5, 6} <= got.keys()
         _assert_same_losses(got, want)
-        ref_w, w = model_weights(reference), model_weights(run_dir)
+        ref_w, w = model_weights(single_reference), model_weights(run_dir)
         assert w.keys() == ref_w.keys()
         for key in ref_w:
             torch.testing.assert_close(w[key], ref_w[key], rtol=0, atol=WEIGHT_ATOL, msg=key)

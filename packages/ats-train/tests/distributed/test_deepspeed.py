@@ -23,7 +23,10 @@ import pytest
 import torch
 from ats_model import load_pretrained
 from ats_train_torchrun import (
+    STEPS,
+    assert_ok,
     model_weights,
+    run_args,
     run_ats_train,
     run_ats_train_deepspeed_launcher,
     train_losses,
@@ -32,29 +35,8 @@ from safetensors.torch import load_file
 
 pytestmark = [pytest.mark.dist, pytest.mark.slow]
 
-STEPS = 6
 LOSS_RTOL = 1e-5
 WEIGHT_ATOL = 1e-5
-
-
-def _args(overrides, run_dir: Path, **extra: object) -> list[str]:  # noqa: ANN001
-    values = {
-        "train__steps": STEPS,
-        "train__sample_tokens": 0,
-        "train__precision": "fp32",
-        "train__micro_batch_size": 1,  # 2 accumulation steps per rank: the boundary is exercised
-        "checkpoint__every": 2,
-        "checkpoint__keep_last": 3,
-        "optim__lr": 1e-3,  # constant after warmup: a 4-step run is a prefix of the 6-step one
-        "optim__min_lr": 1e-3,
-        **extra,
-    }
-    return ["--run-dir", str(run_dir), *overrides(**values)]
-
-
-def _ok(proc) -> None:  # noqa: ANN001
-    lines = [line for line in proc.stderr.splitlines() if "Warning" not in line]
-    assert proc.returncode == 0, "\n".join(lines[:40] + ["..."] + lines[-40:])
 
 
 def _assert_same_losses(got: dict[int, float], want: dict[int, float]) -> None:
@@ -84,40 +66,33 @@ def _assert_reproduces(run_dir: Path, reference: Path) -> None:
     _assert_same_weights(model_weights(run_dir), model_weights(reference))
 
 
-@pytest.fixture(scope="module")
-def reference(overrides, tmp_path_factory: pytest.TempPathFactory) -> Path:  # noqa: ANN001
-    run_dir = tmp_path_factory.mktemp("single")
-    _ok(run_ats_train(_args(overrides, run_dir), nproc=None))
-    return run_dir
-
-
 def test_zero2_on_two_ranks_reproduces_the_single_process_run(
-    reference: Path,
+    single_reference: Path,
     overrides,
     tmp_path: Path,  # noqa: ANN001
 ) -> None:
     """Global batch 4: single runs 4 micro-batches of 1, each rank 2 with accumulation."""
     zero2 = {"parallel__backend": "deepspeed", "parallel__deepspeed__zero_stage": 2}
-    _ok(run_ats_train(_args(overrides, tmp_path, **zero2), 2))
-    _assert_reproduces(tmp_path, reference)
+    assert_ok(run_ats_train(run_args(overrides, tmp_path, **zero2), 2))
+    _assert_reproduces(tmp_path, single_reference)
 
 
 def test_deepspeed_launcher_runs_zero1_like_torchrun(
-    reference: Path,
+    single_reference: Path,
     overrides,
     tmp_path: Path,  # noqa: ANN001
 ) -> None:
     """The README's second way to start ranks: DeepSpeed's launcher, 2 CPU ranks, ZeRO-1; the loss
     curve and the final weights are the single-process run's, as under torchrun."""
     zero1 = {"parallel__backend": "deepspeed", "parallel__deepspeed__zero_stage": 1}
-    proc = run_ats_train_deepspeed_launcher(_args(overrides, tmp_path, **zero1), 2)
-    _ok(proc)
+    proc = run_ats_train_deepspeed_launcher(run_args(overrides, tmp_path, **zero1), 2)
+    assert_ok(proc)
     assert (proc.stdout + proc.stderr).count("exits successfully") == 2  # the launcher's 2 ranks
-    _assert_reproduces(tmp_path, reference)
+    _assert_reproduces(tmp_path, single_reference)
 
 
 def test_zero1_checkpoint_resumes_on_one_rank_and_on_two_with_zero3_offload(
-    reference: Path,
+    single_reference: Path,
     overrides,
     tmp_path: Path,  # noqa: ANN001
 ) -> None:
@@ -128,13 +103,13 @@ def test_zero1_checkpoint_resumes_on_one_rank_and_on_two_with_zero3_offload(
     plain ATS model directories (ats_model.load_pretrained)."""
     saved = tmp_path / "saved"
     zero1 = {"parallel__backend": "deepspeed", "parallel__deepspeed__zero_stage": 1}
-    _ok(run_ats_train(_args(overrides, saved, train__steps=4, **zero1), 2))
+    assert_ok(run_ats_train(run_args(overrides, saved, train__steps=4, **zero1), 2))
     assert (saved / "checkpoints" / "latest").read_text().strip() == "step-000004"
-    want = train_losses(reference)
+    want = train_losses(single_reference)
     _assert_same_losses(train_losses(saved), want)
     model = load_pretrained(saved / "model", kernels="reference")
     reference_step4 = load_file(
-        str(reference / "checkpoints" / "step-000004" / "model.safetensors")
+        str(single_reference / "checkpoints" / "step-000004" / "model.safetensors")
     )
     _assert_same_weights(dict(model.state_dict()), reference_step4)
     zero3_offload = {
@@ -146,15 +121,15 @@ def test_zero1_checkpoint_resumes_on_one_rank_and_on_two_with_zero3_offload(
     for name, extra, nproc in (("on1", {}, None), ("on2", zero3_offload, 2)):
         run_dir = tmp_path / name
         shutil.copytree(saved, run_dir)
-        _ok(run_ats_train(_args(overrides, run_dir, **extra), nproc))
+        assert_ok(run_ats_train(run_args(overrides, run_dir, **extra), nproc))
         got = train_losses(run_dir)
         assert {5, 6} <= got.keys()
         _assert_same_losses(got, want)
-        _assert_same_weights(model_weights(run_dir), model_weights(reference))
+        _assert_same_weights(model_weights(run_dir), model_weights(single_reference))
 
 
 def test_zero2_sharded_checkpoint_resumes_only_at_the_saved_world_size(
-    reference: Path,
+    single_reference: Path,
     overrides,
     tmp_path: Path,  # noqa: ANN001
 ) -> None:
@@ -168,7 +143,7 @@ def test_zero2_sharded_checkpoint_resumes_only_at_the_saved_world_size(
         "parallel__deepspeed__zero_stage": 2,
         "checkpoint__format": "sharded",
     }
-    _ok(run_ats_train(_args(overrides, saved, train__steps=4, **zero2), 2))
+    assert_ok(run_ats_train(run_args(overrides, saved, train__steps=4, **zero2), 2))
     step4 = saved / "checkpoints" / "step-000004"
     files = json.loads((step4 / "manifest.json").read_text())["files"]
     shards = [
@@ -179,23 +154,23 @@ def test_zero2_sharded_checkpoint_resumes_only_at_the_saved_world_size(
     # the model directory is still a plain ATS model directory, equal to the reference's at step 4
     model = load_pretrained(step4, kernels="reference")
     reference_step4 = load_file(
-        str(reference / "checkpoints" / "step-000004" / "model.safetensors")
+        str(single_reference / "checkpoints" / "step-000004" / "model.safetensors")
     )
     _assert_same_weights(dict(model.state_dict()), reference_step4)
     run_dir = tmp_path / "on2"
     shutil.copytree(saved, run_dir)
-    _ok(run_ats_train(_args(overrides, run_dir, **zero2), 2))
-    got, want = train_losses(run_dir), train_losses(reference)
+    assert_ok(run_ats_train(run_args(overrides, run_dir, **zero2), 2))
+    got, want = train_losses(run_dir), train_losses(single_reference)
     assert {5, 6} <= got.keys()
     _assert_same_losses(got, want)
-    _assert_same_weights(model_weights(run_dir), model_weights(reference))
+    _assert_same_weights(model_weights(run_dir), model_weights(single_reference))
     before = _snapshot(saved)
     for backend, nproc, here in (
         ("deepspeed", 1, "deepspeed on 1 rank(s), ZeRO stage 2"),
         ("single", None, "single on 1 rank(s)"),
     ):
         proc = run_ats_train(
-            _args(overrides, saved, **{**zero2, "parallel__backend": backend}), nproc
+            run_args(overrides, saved, **{**zero2, "parallel__backend": backend}), nproc
         )
         assert proc.returncode != 0
         # the CLI's one-line error (under torchrun followed by torchrun's own report)
@@ -218,7 +193,7 @@ def test_zero3_releasing_every_parameter_trains_an_untied_head_with_the_fused_lo
     ranks reproduce the single-process run of the same untied model."""
     untied = {"model__tie_embeddings": "false", "checkpoint__every": 0}
     reference = tmp_path / "single"
-    _ok(run_ats_train(_args(overrides, reference, **untied), nproc=None))
+    assert_ok(run_ats_train(run_args(overrides, reference, **untied), nproc=None))
     config = tmp_path / "zero3.json"
     config.write_text(
         json.dumps(
@@ -232,7 +207,7 @@ def test_zero3_releasing_every_parameter_trains_an_untied_head_with_the_fused_lo
     )
     zero3 = {**untied, "parallel__backend": "deepspeed", "parallel__deepspeed__config": config}
     run_dir = tmp_path / "zero3"
-    _ok(run_ats_train(_args(overrides, run_dir, **zero3), 2))
+    assert_ok(run_ats_train(run_args(overrides, run_dir, **zero3), 2))
     _assert_reproduces(run_dir, reference)
 
 
@@ -291,14 +266,12 @@ def test_zero3_with_every_parameter_on_nvme_matches_parameters_in_host_ram(
     _skip_without_async_io()
     wide = {**NVME_ZERO3, "parallel__deepspeed__offload_optimizer": "cpu"}
     in_ram = tmp_path / "param_cpu"
-    _ok(
-        run_ats_train(_args(overrides, in_ram, **wide, parallel__deepspeed__offload_param="cpu"), 2)
-    )
+    assert_ok(run_ats_train(run_args(overrides, in_ram, **wide, parallel__deepspeed__offload_param="cpu"), 2))
     nvme = tmp_path / "nvme"
     nvme.mkdir()
     on_nvme = {"parallel__deepspeed__offload_param": "nvme", "parallel__deepspeed__nvme_path": nvme}
     run_dir = tmp_path / "param_nvme"
-    _ok(run_ats_train(_args(overrides, run_dir, **wide, **on_nvme), 2))
+    assert_ok(run_ats_train(run_args(overrides, run_dir, **wide, **on_nvme), 2))
     _assert_parameters_on_nvme_changed_nothing(run_dir, in_ram, nvme, ranks=2)
 
 
@@ -316,12 +289,12 @@ def test_zero3_with_parameters_on_nvme_and_the_optimizer_on_the_gpu_matches_no_o
     _skip_without_async_io()
     zero3 = {**NVME_ZERO3, "train__device": "cuda", "train__sdpa_backend": "math"}
     on_gpu = tmp_path / "on_gpu"
-    _ok(run_ats_train(_args(overrides, on_gpu, **zero3), 1))
+    assert_ok(run_ats_train(run_args(overrides, on_gpu, **zero3), 1))
     nvme = tmp_path / "nvme"
     nvme.mkdir()
     run_dir = tmp_path / "param_nvme"
     on_nvme = {"parallel__deepspeed__offload_param": "nvme", "parallel__deepspeed__nvme_path": nvme}
-    _ok(run_ats_train(_args(overrides, run_dir, **zero3, **on_nvme), 1))
+    assert_ok(run_ats_train(run_args(overrides, run_dir, **zero3, **on_nvme), 1))
     _assert_parameters_on_nvme_changed_nothing(run_dir, on_gpu, nvme, ranks=1)
 
 
@@ -344,12 +317,12 @@ def test_zero3_partial_offload_matches_the_whole_offload_and_resumes_on_a_gpu(
         "parallel__deepspeed__offload_optimizer": "cpu",
     }
     whole = tmp_path / "whole"
-    _ok(run_ats_train(_args(overrides, whole, **zero3), 1))
+    assert_ok(run_ats_train(run_args(overrides, whole, **zero3), 1))
     partial = tmp_path / "partial"
     split = {**zero3, "parallel__deepspeed__offload_optimizer_ratio": 0.5}
-    _ok(run_ats_train(_args(overrides, partial, train__steps=4, **split), 1))
+    assert_ok(run_ats_train(run_args(overrides, partial, train__steps=4, **split), 1))
     assert (partial / "checkpoints" / "latest").read_text().strip() == "step-000004"
-    _ok(run_ats_train(_args(overrides, partial, **split), 1))  # resumes at step 4
+    assert_ok(run_ats_train(run_args(overrides, partial, **split), 1))  # resumes at step 4
     want, got = train_losses(whole), train_losses(partial)
     assert got.keys() == want.keys() == set(range(1, STEPS + 1))
     _assert_same_losses(got, want)
@@ -360,7 +333,7 @@ def test_world_size_that_does_not_divide_the_batch_fails_clearly(
     overrides,
     tmp_path: Path,  # noqa: ANN001
 ) -> None:
-    args = _args(overrides, tmp_path, parallel__backend="deepspeed", train__batch_size=3)
+    args = run_args(overrides, tmp_path, parallel__backend="deepspeed", train__batch_size=3)
     proc = run_ats_train(args, nproc=2)
     assert proc.returncode != 0
     assert "train.batch_size = 3 is not divisible by the world size 2" in proc.stderr

@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from ats_train_torchrun import launch, run_ats_train
+from ats_train_torchrun import REFERENCE_EXTRA, RUN_VALUES, STEPS, launch
 
 pytestmark = [pytest.mark.dist, pytest.mark.slow]
 
@@ -20,23 +20,20 @@ RUNNER = Path(__file__).with_name("evaluate_runner.py")
 RTOL = 1e-6
 
 
-def _overrides(overrides, **extra: object) -> list[str]:  # noqa: ANN001
-    values = {"train__steps": 2, "train__micro_batch_size": 1, "train__precision": "fp32"}
-    values.update({"train__sample_tokens": 0, "train__eval_batches": 3, "checkpoint__every": 2})
-    return overrides(**{**values, **extra})
-
-
-def test_one_and_two_ranks_give_the_same_val_loss(overrides, tmp_path: Path) -> None:
-    trained = tmp_path / "trained"
-    proc = run_ats_train(["--run-dir", str(trained), *_overrides(overrides)], nproc=None)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+def test_one_and_two_ranks_give_the_same_val_loss(
+    single_reference: Path,
+    overrides,
+    tmp_path: Path,  # noqa: ANN001
+) -> None:
+    """The checkpoint: conftest's single-process run (fp32, micro-batches of 1), at its last step."""
     results = {}
     for name, backend, nproc in (("1", "single", None), ("2", "fsdp2", 2)):
         run_dir, out = tmp_path / name, tmp_path / f"{name}.json"
-        shutil.copytree(trained, run_dir)
-        args = _overrides(overrides, parallel__backend=backend)
+        shutil.copytree(single_reference, run_dir)
+        values = {**RUN_VALUES, **REFERENCE_EXTRA, "train__eval_batches": 3}
+        args = overrides(**values, parallel__backend=backend)
         proc = launch([str(RUNNER), str(run_dir), str(out), *args], nproc)
         assert proc.returncode == 0, proc.stderr[-3000:]
         results[name] = json.loads(out.read_text())
-    assert {r["step"] for r in results.values()} == {2}
+    assert {r["step"] for r in results.values()} == {STEPS}
     assert results["2"]["val_loss"] == pytest.approx(results["1"]["val_loss"], rel=RTOL)

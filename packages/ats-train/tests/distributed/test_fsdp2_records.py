@@ -2,28 +2,20 @@
 batch, the sharded tiny-hybrid model (2 MoE layers, 1 MoD layer) gives the unsharded copy's loss,
 aux losses (moe_lb, moe_z, mod_predictor), per-layer stats and gradients, with and without
 activation checkpointing. Before blocks returned their records, FSDP2 rebuilt the shared context
-argument and moe_lb came out halved."""
-
-import json
-from pathlib import Path
+argument and moe_lb came out halved. The checks (fsdp2_*_check.py) ran in conftest's one
+`rank_checks` launch."""
 
 import pytest
-from ats_train_torchrun import launch
 
 pytestmark = [pytest.mark.dist, pytest.mark.slow]
 
-RUNNER = Path(__file__).with_name("fsdp2_records_runner.py")
 # fp32, same inputs: only the summation order of the 2-rank gradient average differs
 RTOL, GRAD_ATOL = 1e-6, 1e-6
 
 
 @pytest.mark.parametrize("mode", ["plain", "checkpointing"])
-def test_sharded_blocks_return_every_record(mode: str, tmp_path: Path) -> None:
-    out = tmp_path / "records.json"
-    extra = ["checkpointing"] if mode == "checkpointing" else []
-    proc = launch([str(RUNNER), str(out), *extra], nproc=2)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(out.read_text())
+def test_sharded_blocks_return_every_record(mode: str, rank_checks: dict) -> None:
+    result = rank_checks[f"fsdp2_records/{mode}"]
     assert result["n_moe_layers"] >= 2
     for step in result["steps"]:
         sharded, reference = step["sharded"], step["reference"]
@@ -36,15 +28,11 @@ def test_sharded_blocks_return_every_record(mode: str, tmp_path: Path) -> None:
         assert step["grad_diff"] < GRAD_ATOL
 
 
-def test_optimizer_step_on_unsharded_parameters_raises(tmp_path: Path) -> None:
+def test_optimizer_step_on_unsharded_parameters_raises(rank_checks: dict) -> None:
     """The optimizer holds FSDP2's sharded parameters; stepping while a unit's unsharded ones are
     on the module (its post-backward never ran) would update nothing. On torch 2.11 + CUDA a
     root-only model did exactly that and trained nothing for 50 steps; now it is an error."""
-    out = tmp_path / "step.json"
-    runner = str(RUNNER.with_name("fsdp2_unsharded_step_runner.py"))
-    proc = launch([runner, str(out), "true"], nproc=2)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(out.read_text())
+    result = rank_checks["fsdp2_unsharded_step/reshard"]
     error = result["error"]
     assert error is not None and "still unsharded at the optimizer step" in error
     assert "tok_embeddings.weight" in error
@@ -54,26 +42,21 @@ def test_optimizer_step_on_unsharded_parameters_raises(tmp_path: Path) -> None:
     assert not any(n.startswith("layers.0.") for n in gathered)
 
 
-def test_fsdp2_without_resharding_keeps_every_unit_gathered_after_forward(tmp_path: Path) -> None:
+def test_fsdp2_without_resharding_keeps_every_unit_gathered_after_forward(
+    rank_checks: dict,
+) -> None:
     """parallel.fsdp2.reshard_after_forward = false: after a forward every unit's parameters are
     still gathered (the backward would need no second all-gather), the first block's included."""
-    out = tmp_path / "step.json"
-    runner = str(RUNNER.with_name("fsdp2_unsharded_step_runner.py"))
-    proc = launch([runner, str(out), "false"], nproc=2)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    gathered = json.loads(out.read_text())["unsharded_after_forward"]
+    gathered = rank_checks["fsdp2_unsharded_step/no_reshard"]["unsharded_after_forward"]
     assert any(n.startswith("layers.0.") for n in gathered)
     assert any(n.startswith("layers.1.") for n in gathered)
 
 
-def test_local_shard_update_is_torchs_clip_and_adamw(tmp_path: Path) -> None:
+def test_local_shard_update_is_torchs_clip_and_adamw(rank_checks: dict) -> None:
     """FSDP2's clip + fused AdamW run on each rank's local shards (fsdp2_local_step.py): the global
     norm, the update and the state checkpoints read (the DTensor optimizer's, gathered) equal
     torch's clip_grad_norm_ + AdamW on an unsharded copy, and an inf on one rank skips everywhere."""
-    out = tmp_path / "step.json"
-    proc = launch([str(RUNNER.with_name("fsdp2_local_step_runner.py")), str(out)], nproc=2)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(out.read_text())
+    result = rank_checks["fsdp2_local_step"]
     for step in result["steps"][:3]:
         assert step["stepped"]
         assert step["norm"] == pytest.approx(step["ref_norm"], rel=1e-6)

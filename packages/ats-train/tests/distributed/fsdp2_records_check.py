@@ -1,18 +1,15 @@
-"""Run under torchrun by test_fsdp2_records.py: a tiny hybrid model (2 MoE layers, 1 MoD layer),
-sharded per block by the fsdp2 backend, against an unsharded copy in the same process.
+"""One of rank_checks_runner.py's checks (test_fsdp2_records.py reads it): a tiny hybrid model
+(2 MoE layers, 1 MoD layer), sharded per block by the fsdp2 backend, against an unsharded copy in
+the same process, with or without activation checkpointing applied before sharding.
 
 Every rank feeds the same batch, so the averaged sharded gradient equals the copy's gradient.
-For 2 steps rank 0 writes OUT_JSON: both models' loss and aux losses, the number of per-layer
-stats rows, and the largest |gradient difference| over all parameters (sharded grads gathered).
-argv: OUT_JSON [checkpointing]  (checkpointing: activation checkpointing applied before sharding)
+The result, for 2 steps: both models' loss and aux losses, the number of per-layer stats rows, and
+the largest |gradient difference| over all parameters (sharded grads gathered).
 """
 
 import copy
-import json
-import sys
 
 import torch
-from ats_train.backends.process_group import exit_rank
 from ats_train.training_wrappers import apply_activation_checkpointing
 from fsdp2_cpu_setup import cpu_fsdp2
 from torch.distributed.tensor import DTensor
@@ -28,7 +25,7 @@ def summary(out) -> dict:  # noqa: ANN001
     }
 
 
-def main(out_json: str, checkpointing: bool) -> None:
+def check(checkpointing: bool) -> dict:
     backend, config, raw = cpu_fsdp2("tiny-hybrid")
     reference = copy.deepcopy(raw)
     if checkpointing:
@@ -54,12 +51,4 @@ def main(out_json: str, checkpointing: bool) -> None:
         backend.step(optimizer, grad_clip=0.0)
         ref_optimizer.step()
         ref_optimizer.zero_grad(set_to_none=True)
-    if backend.is_main:
-        with open(out_json, "w") as f:
-            json.dump({"n_moe_layers": len(reference.moe_layers()), "steps": steps}, f)
-    backend.close()
-
-
-if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2:] == ["checkpointing"])
-    exit_rank(0)  # no interpreter finalization: see process_group.exit_rank
+    return {"n_moe_layers": len(reference.moe_layers()), "steps": steps}

@@ -1,23 +1,19 @@
-"""Run under torchrun by test_fsdp2_records.py: the FSDP2 backend's clip + update on local shards
+"""One of rank_checks_runner.py's checks (test_fsdp2_records.py reads it): the FSDP2 backend's clip + update on local shards
 (fsdp2_local_step.py) against torch's own clip_grad_norm_ + AdamW on an unsharded copy, both fused
 AdamW (the CUDA path; torch has a fused CPU kernel). Both ranks feed the same batch, so FSDP2's
 averaged gradient is the copy's. Three steps with the lr changed between them, then one with an inf
-gradient that must be skipped. Rank 0 writes OUT_JSON: per step the two norms and whether it
-stepped, the max weight difference, and the max difference between the DTensor optimizer's
-state_dict (what checkpoints read) and the copy's.
-argv: OUT_JSON
+gradient that must be skipped. The result (rank 0; None on the others): per step the two norms and
+whether it stepped, the max weight difference, and the max difference between the DTensor
+optimizer's state_dict (what checkpoints read) and the copy's.
 """
 
 import copy
-import json
-import sys
 
 import torch
-from ats_train.backends.process_group import exit_rank
 from fsdp2_cpu_setup import cpu_fsdp2
 
 
-def main(out_json: str) -> None:
+def check() -> dict | None:
     backend, config, raw = cpu_fsdp2("tiny-dense")
     ref = copy.deepcopy(raw)
     ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2, weight_decay=0.1, fused=True)
@@ -43,18 +39,12 @@ def main(out_json: str) -> None:
     full = {n: p.full_tensor() for n, p in model.named_parameters()}
     weight_diff = max((full[n] - p).abs().max().item() for n, p in ref.named_parameters())
     state = backend.optimizer_state(opt)  # gathered from the DTensor optimizer, rank 0
-    if backend.is_main:
-        ref_state = ref_opt.state_dict()["state"]
-        state_diff = max(
-            (state["state"][i][k].float() - ref_state[i][k].float()).abs().max().item()
-            for i in ref_state
-            for k in ("exp_avg", "exp_avg_sq", "step")
-        )
-        with open(out_json, "w") as f:
-            json.dump({"steps": steps, "weight_diff": weight_diff, "state_diff": state_diff}, f)
-    backend.close()
-
-
-if __name__ == "__main__":
-    main(sys.argv[1])
-    exit_rank(0)  # no interpreter finalization: see process_group.exit_rank
+    if not backend.is_main:
+        return None
+    ref_state = ref_opt.state_dict()["state"]
+    state_diff = max(
+        (state["state"][i][k].float() - ref_state[i][k].float()).abs().max().item()
+        for i in ref_state
+        for k in ("exp_avg", "exp_avg_sq", "step")
+    )
+    return {"steps": steps, "weight_diff": weight_diff, "state_diff": state_diff}

@@ -1,19 +1,15 @@
-"""Run under torchrun by test_expert_bias.py: two training steps of a tiny MoE model with
-aux-loss-free bias balancing, each rank on its own tokens, through a real backend.
-
-Writes (rank 0) OUT_JSON: every rank's expert_bias right after the first forward (before any
-sync: they differ, the loads differ) and after each step (they must be identical).
+"""One of rank_checks_runner.py's checks (test_expert_bias.py reads it): two training steps of a
+tiny MoE model with aux-loss-free bias balancing, each rank on its own tokens, through a real
+backend. The result: every rank's expert_bias right after the first forward (before any sync: they
+differ, the loads differ) and after each step (they must be identical).
 """
 
 import dataclasses
-import json
-import sys
 
 import torch
 import torch.distributed as dist
 from ats_model import build_model, presets
 from ats_train.backends import build_backend
-from ats_train.backends.process_group import exit_rank
 from ats_train.config import ParallelSection
 from ats_train.precision import build_precision
 
@@ -26,7 +22,7 @@ def gathered_biases(model: torch.nn.Module) -> list[list[list[float]]]:
     return everyone
 
 
-def main(backend_name: str, out_json: str) -> None:
+def check(backend_name: str) -> dict[str, list]:
     device = torch.device("cpu")
     backend = build_backend(
         ParallelSection(backend=backend_name), device, build_precision("fp32", device)
@@ -48,12 +44,4 @@ def main(backend_name: str, out_json: str) -> None:
         backend.backward(loss, last_micro_batch=True)
         backend.step(optimizer, grad_clip=1.0)
         record["after_step"].append(gathered_biases(raw))
-    if backend.is_main:
-        with open(out_json, "w") as f:
-            json.dump(record, f)
-    backend.close()
-
-
-if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
-    exit_rank(0)  # no interpreter finalization: see process_group.exit_rank
+    return record
