@@ -8,8 +8,9 @@ import pytest
 import torch
 from ats_train.cli import main
 from ats_train.metrics import read_metrics
-from conftest import make_model_dir, post_overrides, write_jsonl
 from safetensors.torch import load_file
+
+from conftest import make_model_dir, post_overrides, write_jsonl
 
 KEYS = {
     "sft": ("loss", "completion_tokens"),

@@ -8,6 +8,7 @@ from ats_model import build_model
 from ats_model.adapters import LoRAConfig, apply_lora
 from ats_model.adapters.lora import lora_modules
 from ats_train.objectives.reference import AdapterDisabledReference, FrozenReference
+
 from conftest import tiny_config
 
 
