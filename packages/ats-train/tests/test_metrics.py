@@ -52,3 +52,23 @@ def test_a_run_that_fails_mid_training_closes_every_sink(
     assert _writer_threads() == before
     assert not (run_dir / ".ats-train.lock").exists()
     assert (run_dir / "metrics.jsonl").read_text().count('"train"') == 3  # eval_every = 3
+
+
+def test_val_line_shows_perplexity_only_for_a_token_loss(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    """A pretraining / SFT val loss is a token NLL: its perplexity is shown. DPO's and GRPO's are
+    not (GRPO's is minus the mean reward): their own numbers are shown instead, and every number
+    is in the val record."""
+    from ats_train.metrics import Metrics, read_metrics
+
+    metrics = Metrics(tmp_path, total_steps=4, start_step=0, log_every=1, enabled=True)
+    metrics.open()
+    try:
+        metrics.val(2, 2.0, {"loss": 2.0})
+        metrics.val(4, -0.25, {"loss": -0.25, "reward": 0.25})
+    finally:
+        metrics.close()
+    lines = [x for x in capsys.readouterr().out.splitlines() if "val loss" in x]
+    assert "val ppl 7.4" in lines[0]
+    assert "val reward 0.2500" in lines[1] and "ppl" not in lines[1]
+    val = [r for r in read_metrics(tmp_path) if r["kind"] == "val"]
+    assert val[1]["val/reward"] == 0.25 and val[1]["val_loss"] == -0.25

@@ -167,8 +167,12 @@ class Metrics:
         self._write(record)
         assert self._tb is not None
         self._tb.add_scalar("val/loss", val_loss, step)
-        ppl = math.exp(val_loss) if val_loss < 50 else float("inf")
-        self.console.print(f"step {step:>6} | val loss {val_loss:.4f} | val ppl {ppl:.1f}")
+        numbers = {k: v for k, v in (extra or {}).items() if k != "loss"}
+        if numbers:  # an objective whose loss is no token NLL (DPO, GRPO): its own numbers
+            shown = " | ".join(f"val {k} {v:.4f}" for k, v in numbers.items())
+        else:
+            shown = f"val ppl {math.exp(val_loss) if val_loss < 50 else float('inf'):.1f}"
+        self.console.print(f"step {step:>6} | val loss {val_loss:.4f} | {shown}")
 
     def message(self, text: str) -> None:
         if self.enabled:
