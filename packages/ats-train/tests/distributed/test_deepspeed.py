@@ -165,13 +165,12 @@ def test_zero2_sharded_checkpoint_resumes_only_at_the_saved_world_size(
     _assert_same_losses(got, want)
     _assert_same_weights(model_weights(run_dir), model_weights(single_reference))
     before = _snapshot(saved)
-    for backend, nproc, here in (
-        ("deepspeed", 1, "deepspeed on 1 rank(s), ZeRO stage 2"),
-        ("single", None, "single on 1 rank(s)"),
+    for parallel, nproc, here in (
+        (zero2, 1, "deepspeed on 1 rank(s), ZeRO stage 2"),
+        # the deepspeed table is refused without its backend: only the backend changes
+        ({"parallel__backend": "single"}, None, "single on 1 rank(s)"),
     ):
-        proc = run_ats_train(
-            run_args(overrides, saved, **{**zero2, "parallel__backend": backend}), nproc
-        )
+        proc = run_ats_train(run_args(overrides, saved, **parallel), nproc)
         assert proc.returncode != 0
         # the CLI's one-line error (under torchrun followed by torchrun's own report)
         saved_layout = "written by deepspeed on 2 rank(s), ZeRO stage 2"
