@@ -16,6 +16,9 @@ import torch
 from safetensors.torch import load_file
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+# A guard against a hung launch, not a speed limit: a launch that JIT-builds DeepSpeed's async I/O
+# op (NVMe offload; rebuilt whenever the venv changes) ran past 300 s on 2 loaded cores.
+LAUNCH_TIMEOUT_S = 900
 
 
 def launch(entry: list[str], nproc: int | None) -> subprocess.CompletedProcess:
@@ -27,7 +30,7 @@ def launch(entry: list[str], nproc: int | None) -> subprocess.CompletedProcess:
         else ["-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--standalone"]
     )
     cmd = [sys.executable, *launcher, *entry]
-    return subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
+    return subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S)
 
 
 def run_ats_train_deepspeed_launcher(args: list[str], nproc: int) -> subprocess.CompletedProcess:
@@ -41,7 +44,7 @@ def run_ats_train_deepspeed_launcher(args: list[str], nproc: int) -> subprocess.
         port = s.getsockname()[1]
     cmd = [launcher, "--num_gpus", str(nproc), "--master_port", str(port), "--no_local_rank"]
     cmd += ["--module", "ats_train.cli", *args]
-    return subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
+    return subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S)
 
 
 def run_ats_train(args: list[str], nproc: int | None) -> subprocess.CompletedProcess:
