@@ -80,7 +80,8 @@ def bare_step(trainer: Trainer, x: torch.Tensor, y: torch.Tensor, lr: float) -> 
     """What a hand-written loop does per step, on the trainer's own model and optimizer."""
     for group in trainer.optimizer.param_groups:
         group["lr"] = lr
-    out = trainer.raw_model(x, targets=y)
+    with trainer.forward_context():  # the same autocast and attention backend as the trainer's
+        out = trainer.raw_model(x, targets=y)
     weights = trainer.aux_weights()
     loss = out.loss + sum(weights[name] * value for name, value in out.aux.items())
     loss.backward()
@@ -93,7 +94,7 @@ def bare_step(trainer: Trainer, x: torch.Tensor, y: torch.Tensor, lr: float) -> 
 def measure(trainer: Trainer, steps: int, rounds: int) -> tuple[float, float]:
     """Seconds per step of (trainer, bare): each a block of steps // rounds, alternating; the
     median over blocks of each block's mean (a mean, so work done every N steps counts)."""
-    x, y = next(trainer.train_loader)
+    x, y = (t.to(trainer.backend.device) for t in next(trainer.train_loader))
     lr = trainer.schedule(trainer.step)
     block = max(1, steps // rounds)
     ours, bare = [], []

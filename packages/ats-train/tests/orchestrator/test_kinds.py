@@ -50,7 +50,11 @@ def test_lr_rewarm_on_plateau(run, clean_run, only) -> None:
     # judged from the first evaluation after warmup (the default waits for 3); one re-warm of
     # x400 (once the lr moves, the loss falls faster than its noise: no second plateau)
     soon = {"orchestrator.min_evaluations": 1}
-    r = run(**only("lr_rewarm"), **stall, **soon, **{"orchestrator.lr_rewarm.scale": 400})
+    # by default a re-warm only gives back what an lr cut took (lr_scale <= max_lr_ratio 1.0):
+    # the same stall is left alone
+    assert not run(**only("lr_rewarm"), **stall, **soon).fired("lr_rewarm")
+    above_schedule = {"orchestrator.lr_rewarm.scale": 400, "orchestrator.lr_rewarm.max_lr_ratio": 400}
+    r = run(**only("lr_rewarm"), **stall, **soon, **above_schedule)
     assert r.fired("lr_rewarm")
     assert r.trainer.orchestrator.lr_scale >= 20.0
     for group in r.trainer.optimizer.param_groups:
@@ -63,10 +67,14 @@ def test_lr_rewarm_on_plateau(run, clean_run, only) -> None:
 
 
 def test_grad_clip_tightened_on_grad_spike(run, clean_run, only) -> None:
-    r = run(**only("grad_clip"), **{"faults.grad_spike_at_step": 12})
+    spike = {**only("grad_clip"), "faults.grad_spike_at_step": 12}
+    # the default clip 1.0 is within bounded_ratio (4) x the median grad norm (~1.2): it already
+    # bounds the spike's update, and is left alone
+    assert not run(**spike).fired("grad_clip")
+    r = run(**spike, **{"optim.grad_clip": 10.0})
     (d,) = r.fired("grad_clip")
-    assert d["change"]["optim.grad_clip"] == [1.0, 0.5]
-    assert r.trainer.config.optim.grad_clip == 0.5  # what train_step hands the backend
+    assert d["change"]["optim.grad_clip"] == [10.0, 5.0]
+    assert r.trainer.config.optim.grad_clip == 5.0  # what train_step hands the backend
     assert_close_to_clean(r, clean_run)
 
 

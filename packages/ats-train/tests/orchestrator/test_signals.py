@@ -149,3 +149,20 @@ def test_instability_events_are_relative_to_the_runs_own_noise() -> None:
     spiked = [*noisy[:50], {"loss": 3.5 + 8.0, "grad_norm": 0.6}, *noisy[50:]]
     assert instability_events(spiked, sigmas=8.0) == 1
     assert instability_events([*noisy, {"loss": float("nan"), "grad_norm": 0.6}], 8.0) == 1
+
+
+@pytest.mark.parametrize("offset", [-5.0, -4.9])  # losses around zero, and all negative
+def test_relative_signals_are_none_without_a_positive_reference(offset: float) -> None:
+    """A DPO or GRPO loss can be zero or negative (GRPO's is minus the reward): relative changes
+    against it mean nothing, so they are None and no division by zero happens; the signals in
+    units of the run's own noise stay defined."""
+    records = stream()
+    for r in records:
+        r["loss"] += offset  # from about 0 (or -0.1) down to about -1.1 (-1.2)
+    val = [{"step": 5, "val_loss": 0.0}, {"step": 10, "val_loss": -0.2}]
+    s = compute_signals(records, val, flops_per_token=100.0)
+    assert s.loss_rel_change is None and s.loss_rise is None
+    assert s.loss_change_se is None and s.loss_noise_rel is None and s.val_rel_change is None
+    loss = np.array([r["loss"] for r in records])
+    best3 = min(loss[i : i + 3].mean() for i in range(12 - 4 - 2))
+    assert s.loss_rise_sigmas == pytest.approx((loss[-4:].mean() - best3) / s.loss_noise)

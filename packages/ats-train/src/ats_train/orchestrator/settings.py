@@ -53,7 +53,7 @@ class LRRewarmSettings(KindSettings):
     sigmas: float = 2.0
     plateau: float = 0.01
     scale: float = 2.0  # lr_scale x scale
-    max_lr_ratio: float = 1.0  # the lr never climbs above max_lr_ratio x optim.lr
+    max_lr_ratio: float = 1.0  # lr_scale's ceiling: the lr never climbs above this x the schedule
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,10 @@ class GradClipSettings(KindSettings):
     # and at least this many times the window's median grad norm: on a smooth run the spread is
     # tiny and a 4-7x swing passed 10 sigmas (a healthy 10M H200 run had its clip halved twice)
     min_ratio: float = 10.0
+    # and the clip is off or above this many times the median grad norm: a clip at 1.0 with
+    # grad norms near 0.2 already bounds a spike (a healthy 10M H200 run had its clip halved 5
+    # times, down to 0.05 under a median of 0.11, clipping every step)
+    bounded_ratio: float = 4.0
     scale: float = 0.5  # optim.grad_clip x scale
     min_clip: float = 0.05  # optim.grad_clip is never set below this
 

@@ -172,26 +172,30 @@ def compute_signals(
     finite = [(r["step"], r["loss"]) for r in train if r["loss"] is not None]
     finite = [(s, v) for s, v in finite if math.isfinite(v)]
     half = len(losses) // 2
+    # Relative signals need a positive reference: a DPO or GRPO loss can be zero or negative,
+    # and a change relative to it means nothing, so those signals stay None.
     rel_change = None
-    if half >= 2:
-        first, second = statistics.fmean(losses[:half]), statistics.fmean(losses[half:])
-        rel_change = (second - first) / first
+    first_mean = statistics.fmean(losses[:half]) if half >= 2 else None
+    if first_mean is not None and first_mean > 0:
+        rel_change = (statistics.fmean(losses[half:]) - first_mean) / first_mean
     rise = None
+    rise_sigmas = None
+    spread = noise(losses)
     third = len(losses) // 3
     if third >= 3:
         earlier = [statistics.fmean(losses[i : i + 3]) for i in range(len(losses) - third - 2)]
-        rise = statistics.fmean(losses[-third:]) / min(earlier) - 1.0
-    spread = noise(losses)
-    rise_sigmas = None
-    if rise is not None and spread and third >= 3:
-        rise_sigmas = (statistics.fmean(losses[-third:]) - min(earlier)) / spread
+        best, recent = min(earlier), statistics.fmean(losses[-third:])
+        rise = recent / best - 1.0 if best > 0 else None
+        rise_sigmas = (recent - best) / spread if spread else None
     change_se = None
-    if half >= 2 and spread is not None:
+    if first_mean is not None and first_mean > 0 and spread is not None:
         # the two halves' means each carry noise / sqrt(half): their difference sqrt(2 / half)
-        change_se = spread * math.sqrt(2.0 / half) / statistics.fmean(losses[:half])
+        change_se = spread * math.sqrt(2.0 / half) / first_mean
+    mean = _mean(losses)
+    noise_rel = spread / mean if spread is not None and mean is not None and mean > 0 else None
     val_losses = _finite([r["val_loss"] for r in val])
     val_rel = None
-    if len(val_losses) >= 2:
+    if len(val_losses) >= 2 and min(val_losses[:-1]) > 0:
         val_rel = val_losses[-1] / min(val_losses[:-1]) - 1.0
     grads = _finite([r["grad_norm"] for r in train])
     grad_median = statistics.median(grads) if grads else None
@@ -226,7 +230,7 @@ def compute_signals(
         loss_zscore=zscore,
         loss_spike_ratio=loss_spike_ratio(train),
         loss_noise=spread,
-        loss_noise_rel=spread / statistics.fmean(losses) if spread is not None else None,
+        loss_noise_rel=noise_rel,
         loss_rise_sigmas=rise_sigmas,
         loss_change_se=change_se,
         val_loss=val_losses[-1] if val_losses else None,

@@ -60,8 +60,9 @@ class LRRewarm(Intervention):
     """Plateau: the window's second half differs from its first by less than `sigmas` standard
     errors (from the run's step-to-step noise), where that standard error is at most half of
     `plateau` (a real improvement of `plateau` per window would have shown), outside the planned
-    final quarter of the schedule. Action: lr_scale x `scale`, so that the lr climbs back, never
-    above `max_lr_ratio` x optim.lr."""
+    final quarter of the schedule. Action: lr_scale x `scale`, never above `max_lr_ratio`: with
+    the default 1.0 a re-warm gives back what an lr cut took and never lifts the lr above the
+    schedule's own (a healthy run's late plateau is the schedule decaying, not a stall)."""
 
     name = "lr_rewarm"
     action = "lr_scale x factor"
@@ -80,7 +81,7 @@ class LRRewarm(Intervention):
         band = self.settings.sigmas * se
         if not -band < change < band:  # falling (fine) or rising (lr_cut's case)
             return None
-        if s.lr * self.settings.scale > self.settings.max_lr_ratio * run.setting("optim.lr"):
+        if orch.lr_scale * self.settings.scale > self.settings.max_lr_ratio:
             return None
         confidence = min(1.0, 0.5 + 0.5 * (1 - abs(change) / band))
         return Trigger(
@@ -97,8 +98,10 @@ class LRRewarm(Intervention):
 
 class GradClip(Intervention):
     """Gradient explosion: some step's log grad norm jumped above the median of the 5 before it by
-    more than `sigmas` x the window's step-to-step spread of the log grad norm. Action:
-    optim.grad_clip x `scale` (no clipping yet: clip at 2 x the median), never below `min_clip`."""
+    more than `sigmas` x the window's step-to-step spread of the log grad norm, while the clip is
+    off or looser than `bounded_ratio` x the median grad norm (a tighter clip already bounds the
+    spike's update; halving it again would clip every step). Action: optim.grad_clip x `scale`
+    (no clipping yet: clip at 2 x the median), never below `min_clip`."""
 
     name = "grad_clip"
     action = "optim.grad_clip x factor"
@@ -114,6 +117,8 @@ class GradClip(Intervention):
             return None
         clip = run.setting("optim.grad_clip")
         if clip and clip <= self.settings.min_clip:
+            return None
+        if clip and clip <= self.settings.bounded_ratio * s.grad_norm_median:
             return None
         return Trigger(
             f"grad norm jumped {s.grad_spike_sigmas:.1f} noise sigmas (> {t:g}), to "
