@@ -97,10 +97,9 @@ class ExpertParallel:
 
 
 def build_expert_parallel(size: int) -> ExpertParallel:
-    """The groups of `size` consecutive ranks; every rank calls it (new_group is a collective)."""
+    """The groups of `size` consecutive ranks (size divides the world: check_expert_parallel);
+    every rank calls it (new_group is a collective)."""
     world, rank = dist.get_world_size(), dist.get_rank()
-    if world % size != 0:
-        raise ValueError(f"parallel.expert_parallel = {size} must divide the world size {world}")
     if size == world:
         return ExpertParallel(size, rank, dist.group.WORLD, None)
     group = replicas = None
@@ -161,3 +160,81 @@ def clip_grad_norm(
         if p.grad is not None:
             p.grad.mul_(coef.to(p.grad.dtype))
     return norm
+
+
+# ---- checkpoints: full expert tensors in every saved state, whatever the layout --------------
+
+
+def _gather(local: torch.Tensor, ep: ExpertParallel) -> torch.Tensor:
+    """The EP group's shards of one expert tensor, concatenated in expert order (a collective)."""
+    parts = [torch.empty_like(local) for _ in range(ep.size)]
+    dist.all_gather(parts, local.detach().contiguous(), group=ep.group)
+    return torch.cat(parts)
+
+
+def _slice(full: torch.Tensor, ep: ExpertParallel) -> torch.Tensor:
+    n_local = full.shape[0] // ep.size
+    return full[ep.rank * n_local : (ep.rank + 1) * n_local]
+
+
+def full_model_state(
+    state: dict[str, torch.Tensor], names: list[str], ep: ExpertParallel
+) -> dict[str, torch.Tensor]:
+    """`state` (a sharded model's state dict) with every expert weight in `names` gathered whole."""
+    return {k: _gather(v, ep) if k in names else v for k, v in state.items()}
+
+
+def full_model_shapes(
+    state: dict[str, torch.Tensor], names: list[str], ep: ExpertParallel
+) -> dict[str, torch.Tensor]:
+    """What a saved model directory holds for this sharded model: meta tensors of the full shape."""
+    return {
+        k: v.new_empty((v.shape[0] * ep.size, *v.shape[1:]), device="meta") if k in names else v
+        for k, v in state.items()
+    }
+
+
+def local_model_state(
+    full: dict[str, torch.Tensor], names: list[str], ep: ExpertParallel
+) -> dict[str, torch.Tensor]:
+    """A full model state with every expert weight in `names` cut to this rank's experts."""
+    return {k: _slice(v, ep) if k in names else v for k, v in full.items()}
+
+
+def _expert_ids(optimizer: torch.optim.Optimizer, experts: list[nn.Parameter]) -> set[int]:
+    """The optimizer's state-dict ids (positions over its param groups) of the expert weights."""
+    mine = {id(p) for p in experts}
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    return {i for i, p in enumerate(params) if id(p) in mine}
+
+
+def full_optimizer_state(
+    optimizer: torch.optim.Optimizer, experts: list[nn.Parameter], ep: ExpertParallel
+) -> dict[str, object]:
+    """optimizer.state_dict() with each expert weight's per-element state (Adam's moments)
+    gathered whole; scalars such as `step` as they are. A collective: every rank calls it."""
+    saved = optimizer.state_dict()
+    ids = _expert_ids(optimizer, experts)
+    state = {}
+    for i, values in saved["state"].items():
+        if i in ids:
+            values = {k: _gather(v, ep) if v.ndim > 0 else v for k, v in values.items()}
+        state[i] = values
+    return {**saved, "state": state}
+
+
+def local_optimizer_state(
+    optimizer: torch.optim.Optimizer,
+    experts: list[nn.Parameter],
+    full: dict[str, object],
+    ep: ExpertParallel,
+) -> dict[str, object]:
+    """A full optimizer state (full_optimizer_state's layout, from any layout) cut to this rank's
+    experts."""
+    ids = _expert_ids(optimizer, experts)
+    state = {}
+    for i, values in full["state"].items():
+        if int(i) in ids:
+            values = {k: _slice(v, ep) if v.ndim > 0 else v for k, v in values.items()}
+        state[i] = values
+    return {**full, "state": state}
