@@ -58,6 +58,10 @@ def test_the_key_reads_as_an_int_and_defaults_to_1() -> None:
             [*DDP_EP2, "train.cuda_graphs=true"],
             "parallel.expert_parallel = 2 cannot run with train.cuda_graphs = true",
         ),
+        (
+            [*DDP_EP2, "train.objective=grpo", "model.init_from=/models/base"],
+            "parallel.expert_parallel = 2 cannot run with train.objective = 'grpo'",
+        ),
     ],
     ids=[
         "zero",
@@ -69,6 +73,7 @@ def test_the_key_reads_as_an_int_and_defaults_to_1() -> None:
         "lora",
         "sharded-checkpoint",
         "cuda-graphs",
+        "grpo",
     ],
 )
 def test_a_setting_expert_parallelism_cannot_run_with_is_refused(
