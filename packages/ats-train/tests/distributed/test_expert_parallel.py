@@ -1,12 +1,18 @@
 """Expert parallelism on 2 real gloo ranks (expert_parallel_check.py, run in conftest's one
-`rank_checks` launch) against the unsharded model run on both ranks' tokens in one process.
+`rank_checks` launch) against the unsharded model run on both ranks' tokens in one process, and
+on 4 ranks (two EP groups of 2: expert replicas whose gradients are summed), in a launch of its own
+since its world size differs.
 
 Tolerance: the forward is the same arithmetic on the same rows (each expert's rows keep their
 order), so losses, aux losses and statistics must match exactly up to float reassociation, 1e-6;
 gradients 1e-6 absolute (the sum over two ranks' losses is added in another order).
 """
 
+import json
+from pathlib import Path
+
 import pytest
+from ats_train_torchrun import launch
 
 pytestmark = [pytest.mark.dist, pytest.mark.slow]
 
@@ -47,3 +53,28 @@ def test_ddp_with_sharded_experts_averages_and_clips_like_one_process(
     for rank in range(2):
         for name, diff in record["step_grads"][rank].items():
             assert diff <= ATOL, (rank, name, diff)
+
+
+@pytest.fixture(scope="module")
+def four_ranks(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    out = tmp_path_factory.mktemp("expert_parallel_4") / "check.json"
+    runner = Path(__file__).with_name("expert_parallel_runner.py")
+    proc = launch([str(runner), str(out)], nproc=4)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def test_four_ranks_in_two_expert_groups_reproduce_the_single_process_model(
+    four_ranks: dict,
+) -> None:
+    record = four_ranks
+    assert record["replica_groups"] is True
+    assert record["local_experts"] == [4, 4]
+    assert max(record["dropped"]) > 0.05  # capacity_factor 1.0 drops slots
+    norm, want = record["norm"]
+    assert norm == pytest.approx(want, rel=1e-6)
+    assert len(record["forward"]) == len(record["grads"]) == len(record["step_grads"]) == 4
+    for rank in range(4):
+        for what in ("forward", "grads", "step_grads"):
+            for key, diff in record[what][rank].items():
+                assert diff <= ATOL, (rank, what, key, diff)

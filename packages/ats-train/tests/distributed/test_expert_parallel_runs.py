@@ -58,7 +58,10 @@ def _assert_same_weights(run_dir: Path, reference: Path) -> None:
 def test_expert_parallel_2_reproduces_the_single_process_run(
     single_reference: Path, overrides, tmp_path: Path
 ) -> None:
-    assert_ok(run_ats_train(_args(overrides, tmp_path, 2), nproc=2))
+    # with a sample after training: generation's forwards exchange tokens too, in step on both ranks
+    proc = run_ats_train(_args(overrides, tmp_path, 2, train__sample_tokens=8), nproc=2)
+    assert_ok(proc)
+    assert "sample" in proc.stdout
     want, got = train_losses(single_reference), train_losses(tmp_path)
     assert got.keys() == want.keys() == set(range(1, STEPS + 1))
     _assert_same_losses(got, want)
