@@ -62,6 +62,10 @@ def test_the_key_reads_as_an_int_and_defaults_to_1() -> None:
             [*DDP_EP2, "train.objective=grpo", "model.init_from=/models/base"],
             "parallel.expert_parallel = 2 cannot run with train.objective = 'grpo'",
         ),
+        (
+            [*DDP_EP2, "train.precision=fp16"],
+            "parallel.expert_parallel = 2 cannot run with train.precision = 'fp16'",
+        ),
     ],
     ids=[
         "zero",
@@ -74,6 +78,7 @@ def test_the_key_reads_as_an_int_and_defaults_to_1() -> None:
         "sharded-checkpoint",
         "cuda-graphs",
         "grpo",
+        "fp16",
     ],
 )
 def test_a_setting_expert_parallelism_cannot_run_with_is_refused(

@@ -102,13 +102,16 @@ class TrainConfig:
             *(["checkpoint.format = 'sharded'"] if self.checkpoint.format == "sharded" else []),
             *(["train.cuda_graphs = true"] if self.train.cuda_graphs else []),
             *(["train.objective = 'grpo'"] if self.train.objective == "grpo" else []),
+            *(["train.precision = 'fp16'"] if self.train.precision == "fp16" else []),
         ]
         require(
             not problems,
             f"parallel.expert_parallel = {self.parallel.expert_parallel} cannot run with "
             f"{problems[0] if problems else ''}: expert surgery and LoRA need every expert on one "
-            "rank, the sharded optimizer files and CUDA graphs do not know the expert shards, and "
-            "GRPO's ranks generate apart (set it to false, 'all', 'full' or another objective)",
+            "rank, the sharded optimizer files and CUDA graphs do not know the expert shards, "
+            "GRPO's ranks generate apart, and fp16's loss scaler would skip the step on one rank "
+            "when only its experts overflow (set it to false, 'all', 'full', another objective "
+            "or bf16)",
         )
 
     def _check_overlap_host(self) -> None:
