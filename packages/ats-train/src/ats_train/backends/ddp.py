@@ -80,7 +80,7 @@ class DDPBackend(SingleBackend):
     ) -> tuple[nn.Module, torch.optim.Optimizer]:
         super().wrap(model, optimizer)
         self._plain = model
-        if self._ep is not None:  # each rank's own experts: reduced by step(), not by DDP
+        if self._ep is not None:  # each rank's own experts: reduced by clip_grads, not by DDP
             experts = {id(p) for p in self._experts}  # named as the wrapper (compile) names them
             ignored = [name for name, p in model.named_parameters() if id(p) in experts]
             DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, ignored)
@@ -114,7 +114,7 @@ class DDPBackend(SingleBackend):
         reduce_expert_grads(self._experts, self._ep)  # what DDP's all-reduce did for the rest
         experts = {id(p) for p in self._experts}
         dense = [p for p in self._params if id(p) not in experts]
-        trained = [p for p in self._experts if p.requires_grad]
+        trained = [p for p in self._params if id(p) in experts]
         return clip_grad_norm(dense, trained, max_norm, self._ep)
 
     def model_state(self, model: nn.Module) -> dict[str, torch.Tensor]:

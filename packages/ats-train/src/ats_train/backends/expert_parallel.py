@@ -148,17 +148,15 @@ def clip_grad_norm(
     device = (dense + experts)[0].device
 
     def squares(params: list[nn.Parameter]) -> torch.Tensor:
-        grads = [p.grad.detach().float().pow(2).sum() for p in params if p.grad is not None]
-        return torch.stack(grads).sum() if grads else torch.zeros((), device=device)
+        grads = [p.grad for p in params if p.grad is not None]
+        if not grads:
+            return torch.zeros((), device=device)
+        return torch.nn.utils.get_total_norm(grads).float().square()
 
     expert_sq = squares(experts)
     dist.all_reduce(expert_sq, op=dist.ReduceOp.SUM, group=ep.group)
-    dense_sq = squares(dense)
-    norm = (dense_sq + expert_sq).sqrt()
-    coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
-    for p in dense + experts:
-        if p.grad is not None:
-            p.grad.mul_(coef.to(p.grad.dtype))
+    norm = (squares(dense) + expert_sq).sqrt()
+    torch.nn.utils.clip_grads_with_norm_(dense + experts, max_norm, norm)
     return norm
 
 
