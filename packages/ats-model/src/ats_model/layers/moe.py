@@ -37,9 +37,10 @@ class MoERecord(NamedTuple):
 
 
 class ExpertExchange(Protocol):
-    """Expert parallelism's seam (set from outside the model: ats_train/backends/expert_parallel.py): takes
-    the rows of all E experts, grouped by expert, runs `local_mlp` on the rows of this rank's
-    experts wherever they were routed, and returns the outputs in the input's row order."""
+    """Expert parallelism's seam, set from outside the model (ats_train/backends/
+    expert_parallel.py): takes the rows of all E experts, grouped by expert, runs `local_mlp` on
+    the rows of this rank's experts wherever they were routed, and returns the outputs in the
+    input's row order."""
 
     def __call__(
         self,
