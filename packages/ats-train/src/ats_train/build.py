@@ -17,6 +17,7 @@ from ats_train.batch_geometry import BatchGeometry
 from ats_train.checkpoint import checkpoint_step, latest_checkpoint
 from ats_train.checkpoint_sharded import check_resumable
 from ats_train.config import ConfigError, TrainConfig, to_toml
+from ats_train.config.parallel import check_expert_parallel
 from ats_train.cuda_graphs import GraphedLoss, check_cuda_graphs
 from ats_train.data import build_data, build_loader
 from ats_train.faults.inject import Faults
@@ -127,6 +128,7 @@ def _build(
     sized, config, train = config, run_config, run_config.train
     batch = BatchGeometry.of(train.batch_size, backend.world_size, train.micro_batch_size)
     check_cuda_graphs(config, model_config, backend.device, batch)
+    check_expert_parallel(config.parallel.expert_parallel, model_config, backend.world_size)
     resume_step = checkpoint_step(resume_from) if resume_from is not None else None
 
     device = backend.device  # this rank's: cuda:LOCAL_RANK under torchrun
@@ -150,6 +152,7 @@ def _build(
     if start is not None:
         raw_model.load_state_dict(start.initial_state())  # a checkpoint, if any, replaces it
         post = PostSetup(config, start)  # every row read and checked
+    backend.shard_experts(raw_model)  # expert parallelism: before the optimizer
     trainable = apply_trainable(raw_model, config)  # LoRA / frozen weights: before the optimizer
     model = apply_training_wrappers(raw_model, train)
     optimizer = build_optimizer(raw_model, config.optim, device)

@@ -10,6 +10,7 @@ import sys
 import torch.distributed as dist
 from ats_train.backends.process_group import exit_rank, leave_process_group
 from expert_bias_check import check as expert_bias
+from expert_parallel_check import check as expert_parallel
 from fsdp2_local_step_check import check as fsdp2_local_step
 from fsdp2_records_check import check as fsdp2_records
 from fsdp2_unsharded_step_check import check as fsdp2_unsharded_step
@@ -17,6 +18,8 @@ from fsdp2_unsharded_step_check import check as fsdp2_unsharded_step
 CHECKS = {
     "expert_bias/ddp": lambda: expert_bias("ddp"),
     "expert_bias/fsdp2": lambda: expert_bias("fsdp2"),
+    "expert_parallel/dropless": lambda: expert_parallel(capacity_factor=None),
+    "expert_parallel/capacity": lambda: expert_parallel(capacity_factor=1.0),
     "fsdp2_records/plain": lambda: fsdp2_records(checkpointing=False),
     "fsdp2_records/checkpointing": lambda: fsdp2_records(checkpointing=True),
     "fsdp2_local_step": fsdp2_local_step,

@@ -11,7 +11,8 @@ within a rank earlier tokens (in the flattened B*T order) win. A dropped slot co
 """
 
 import math
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple, Protocol
 
 import torch
 from ats_kernels import KernelSet
@@ -33,6 +34,20 @@ class MoERecord(NamedTuple):
     dropped_fraction: torch.Tensor  # dropped slots / (N * k)
     max_violation: torch.Tensor  # max load / mean load - 1, on routed slots
     router_z: torch.Tensor  # the z-loss value, detached
+
+
+class ExpertExchange(Protocol):
+    """Expert parallelism's seam, set from outside the model (ats_train/backends/
+    expert_parallel.py): takes the rows of all E experts, grouped by expert, runs `local_mlp` on
+    the rows of this rank's experts wherever they were routed, and returns the outputs in the
+    input's row order."""
+
+    def __call__(
+        self,
+        x_sorted: torch.Tensor,
+        per_expert: torch.Tensor,
+        local_mlp: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    ) -> torch.Tensor: ...
 
 
 def capacity_keep(indices: torch.Tensor, counts: torch.Tensor, capacity: int) -> torch.Tensor:
@@ -71,9 +86,34 @@ class Experts(nn.Module):
         # on the hidden activations, in training only (ModelConfig.ffn_dropout)
         self.dropout = dropout
         self.lora: ExpertsLoRA | None = None  # per-expert LoRA updates (adapters/lora.py sets it)
+        # expert parallelism: w1/w3/w2 hold only experts first..first+count-1 of all E, and
+        # `exchange` moves rows to and from the ranks holding the others
+        self.exchange: ExpertExchange | None = None
 
     def forward(self, x_sorted: torch.Tensor, per_expert: torch.Tensor) -> torch.Tensor:
         """x_sorted (M, C) rows grouped by expert, per_expert (E,) rows per group -> (M, C)."""
+        if self.exchange is not None:
+            return self.exchange(x_sorted, per_expert, self.local_mlp)
+        return self.local_mlp(x_sorted, per_expert)
+
+    @torch.no_grad()
+    def shard(self, first: int, count: int, exchange: ExpertExchange) -> None:
+        """Keep only experts first..first+count-1 (this rank's share); `exchange` reaches the
+        rest. Parameters are replaced: build the optimizer after sharding."""
+        n_experts = self.w1.shape[0]
+        if self.exchange is not None or self.lora is not None:
+            raise ValueError("Experts.shard: already sharded, or carrying LoRA adapters")
+        if not (0 <= first and count > 0 and first + count <= n_experts):
+            raise ValueError(
+                f"Experts.shard: experts {first}..{first + count - 1} not in 0..{n_experts - 1}"
+            )
+        for name in ("w1", "w3", "w2"):
+            local = getattr(self, name)[first : first + count].clone()
+            setattr(self, name, nn.Parameter(local))
+        self.exchange = exchange
+
+    def local_mlp(self, x_sorted: torch.Tensor, per_expert: torch.Tensor) -> torch.Tensor:
+        """The experts this module holds: x_sorted (M, C) grouped by them, per_expert (E_local,)."""
         scale = None
         if self.training and self.dropout > 0:
             keep = 1.0 - self.dropout
@@ -222,6 +262,11 @@ class MoEFFN(nn.Module):
 
     def _replace(self, fn) -> None:
         """Apply fn to every per-expert tensor (dim 0 = expert) and re-register the results."""
+        if self.experts.exchange is not None:
+            raise ValueError(
+                "pruning or splitting experts needs every expert on one rank, not expert "
+                "parallelism (parallel.expert_parallel > 1)"
+            )
         self.router.weight = nn.Parameter(fn(self.router.weight))
         for name in ("w1", "w3", "w2"):
             setattr(self.experts, name, nn.Parameter(fn(getattr(self.experts, name))))

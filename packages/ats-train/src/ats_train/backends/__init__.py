@@ -33,7 +33,7 @@ def build_backend(
     if parallel.backend == "ddp":
         from ats_train.backends.ddp import DDPBackend  # torch.distributed only when asked for
 
-        return DDPBackend(device, precision)
+        return DDPBackend(device, precision, parallel.expert_parallel)
     if parallel.backend == "fsdp2":
         from ats_train.backends.fsdp2 import FSDP2Backend
 

@@ -32,6 +32,11 @@ class Backend(Protocol):
         """Model and optimizer as this backend trains them."""
         ...
 
+    def shard_experts(self, model: nn.Module) -> None:
+        """parallel.expert_parallel > 1 (ddp): keep this rank's experts of every MoE layer. Called
+        on the plain model before the optimizer is built; nothing on the other backends."""
+        ...
+
     def backward(self, loss: torch.Tensor, *, last_micro_batch: bool) -> None:
         """Backpropagate one micro-batch's (already 1/n_micro scaled) loss."""
         ...

@@ -95,6 +95,9 @@ class FSDP2Backend:
     def is_main(self) -> bool:
         return self.rank == 0
 
+    def shard_experts(self, model: nn.Module) -> None:
+        return None  # no expert parallelism here (config refuses it)
+
     def wrap(
         self, model: nn.Module, optimizer: torch.optim.Optimizer
     ) -> tuple[nn.Module, torch.optim.Optimizer]:

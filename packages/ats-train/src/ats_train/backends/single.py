@@ -52,7 +52,7 @@ class SingleBackend:
             return grad_norm, math.isfinite(grad_norm)
         scaler.unscale_(optimizer)
         max_norm = grad_clip if grad_clip > 0 else math.inf
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self._params, max_norm))
+        grad_norm = float(self.clip_grads(max_norm))
         # GradScaler skips the step itself when it found inf/NaN and lowers the scale.
         scale_before = scaler.get_scale()
         scaler.step(optimizer)
@@ -68,13 +68,24 @@ class SingleBackend:
         if self.precision.scaler is not None:
             raise RuntimeError("queue_step: the fp16 loss scaler decides on the host")
         max_norm = grad_clip if grad_clip > 0 else math.inf
-        norm = torch.nn.utils.clip_grad_norm_(self._params, max_norm)
+        norm = self.clip_grads(max_norm)
         if optimizer.defaults.get("fused"):
             queue_step_if_finite(optimizer, norm)
         else:
             step_if_finite(optimizer, norm)
         optimizer.zero_grad(set_to_none=True)
         return norm
+
+    def clip_grads(self, max_norm: float) -> torch.Tensor:
+        """Once per step, after backward (and the fp16 unscale): scale the gradients to a global
+        norm <= max_norm; returns the norm before. (ddp: the sharded experts' gradients are
+        reduced here first.)"""
+        return torch.nn.utils.clip_grad_norm_(self._params, max_norm)
+
+    def shard_experts(self, model: nn.Module) -> None:
+        """Expert parallelism's sharding, before the optimizer is built: nothing here (config
+        refuses parallel.expert_parallel > 1 but with ddp)."""
+        return None
 
     def state(self) -> dict[str, object]:
         scaler = self.precision.scaler

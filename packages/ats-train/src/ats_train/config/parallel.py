@@ -1,12 +1,13 @@
-"""[parallel]: the backend that shards and synchronizes training (`parallel.backend`), and one
-table of settings per backend that has any: [parallel.fsdp2], [parallel.deepspeed],
-[parallel.colossalai]. A table's settings need its backend selected; the flat keys they replace
+"""[parallel]: the backend that shards and synchronizes training (`parallel.backend`), expert
+parallelism for MoE layers (`parallel.expert_parallel`), and one table of settings per backend
+that has any: [parallel.fsdp2], [parallel.deepspeed], [parallel.colossalai]. A table's settings need its backend selected; the flat keys they replace
 are refused with their new name (RENAMED)."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ats_train.config.choices import (
     BackendName,
@@ -16,6 +17,10 @@ from ats_train.config.choices import (
     check_choices,
     require,
 )
+from ats_train.errors import ConfigError
+
+if TYPE_CHECKING:
+    from ats_model import ModelConfig
 
 
 @dataclass(frozen=True)
@@ -102,12 +107,25 @@ class ColossalAISettings:
 @dataclass(frozen=True)
 class ParallelSection:
     backend: BackendName = "single"
+    # N > 1: every MoE layer's experts split over groups of N ranks, tokens exchanged by
+    # all-to-all (backends/expert_parallel.py); N divides the world size and model.moe.n_experts
+    expert_parallel: int = 1
     fsdp2: FSDP2Settings = field(default_factory=FSDP2Settings)
     deepspeed: DeepSpeedSettings = field(default_factory=DeepSpeedSettings)
     colossalai: ColossalAISettings = field(default_factory=ColossalAISettings)
 
     def __post_init__(self) -> None:
         check_choices(self, "parallel")
+        ep = self.expert_parallel
+        require(
+            type(ep) is int and ep >= 1,
+            f"parallel.expert_parallel = {_shown(ep)} must be an int >= 1 (1 = experts replicated)",
+        )
+        require(
+            ep == 1 or self.backend in EXPERT_PARALLEL_BACKENDS,
+            f"parallel.expert_parallel = {ep} runs with parallel.backend "
+            f"{' or '.join(EXPERT_PARALLEL_BACKENDS)}, not {self.backend!r}",
+        )
         for backend in ("fsdp2", "deepspeed", "colossalai"):
             if backend == self.backend:
                 continue
@@ -122,6 +140,32 @@ class ParallelSection:
                 f"{', '.join(changed)} need{'s' if len(changed) == 1 else ''} parallel.backend = "
                 f"{backend!r}, not {self.backend!r}",
             )
+
+
+# the backends whose gradient reduction keeps the sharded experts apart (backends/ddp.py)
+EXPERT_PARALLEL_BACKENDS = ("ddp",)
+
+
+def check_expert_parallel(size: int, model: ModelConfig, world_size: int) -> None:
+    """parallel.expert_parallel = size against the model and the launch (1 always holds); the
+    model is known once its preset is resolved, the world size once the ranks joined."""
+    if size == 1:
+        return
+    if model.moe is None:
+        raise ConfigError(
+            f"parallel.expert_parallel = {size} needs a model with MoE layers (family moe or "
+            f"hybrid), not family {model.family!r}"
+        )
+    if model.moe.n_experts % size != 0:
+        raise ConfigError(
+            f"parallel.expert_parallel = {size} must divide model.moe.n_experts = "
+            f"{model.moe.n_experts} (each rank holds n_experts / expert_parallel experts)"
+        )
+    if world_size % size != 0:
+        raise ConfigError(
+            f"parallel.expert_parallel = {size} must divide the world size {world_size} "
+            "(torchrun --nproc-per-node)"
+        )
 
 
 def _shown(value: object) -> str:

@@ -48,6 +48,8 @@ class TrainConfig:
             self._check_overlap_host()
         if self.train.objective != "pretrain":
             self._check_objective()
+        if self.parallel.expert_parallel > 1:
+            self._check_expert_parallel()
         require(
             self.train.trainable == "lora" or self.lora == LoRASection(),
             f"lora.* is set but train.trainable = {self.train.trainable!r}; set "
@@ -83,6 +85,33 @@ class TrainConfig:
             objective != "grpo" or self.parallel.backend in ("single", "ddp"),
             f"train.objective = 'grpo' runs with parallel.backend single or ddp, not "
             f"{self.parallel.backend!r}: each rank generates with its own copy of the weights",
+        )
+
+    def _check_expert_parallel(self) -> None:
+        """Sharded experts (parallel.expert_parallel > 1): refuse what needs every expert on one
+        rank, or ranks that do not run the same forwards in step."""
+        orchestrator = self.orchestrator
+        surgery = [
+            f"orchestrator.{kind}.enabled = true"
+            for kind in ("prune_experts", "split_expert")
+            if orchestrator.mode == "act" and getattr(orchestrator, kind).enabled
+        ]
+        problems = [
+            *surgery,
+            *(["train.trainable = 'lora'"] if self.train.trainable == "lora" else []),
+            *(["checkpoint.format = 'sharded'"] if self.checkpoint.format == "sharded" else []),
+            *(["train.cuda_graphs = true"] if self.train.cuda_graphs else []),
+            *(["train.objective = 'grpo'"] if self.train.objective == "grpo" else []),
+            *(["train.precision = 'fp16'"] if self.train.precision == "fp16" else []),
+        ]
+        require(
+            not problems,
+            f"parallel.expert_parallel = {self.parallel.expert_parallel} cannot run with "
+            f"{problems[0] if problems else ''}: expert surgery and LoRA need every expert on one "
+            "rank, the sharded optimizer files and CUDA graphs do not know the expert shards, "
+            "GRPO's ranks generate apart, and fp16's loss scaler would skip the step on one rank "
+            "when only its experts overflow (set it to false, 'all', 'full', another objective "
+            "or bf16)",
         )
 
     def _check_overlap_host(self) -> None:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch import nn
 from torch.distributed.tensor import DTensor
 
 from ats_train.orchestrator.base import AFTER_WARMUP, ANY_TIME, Evidence, Intervention
@@ -50,6 +51,29 @@ def _squares(local: list[torch.Tensor]) -> torch.Tensor:
     one fused launch, no host wait. For FSDP2's disjoint shards annotate() sums it over ranks in
     one all-reduce, instead of a DTensor dispatch and a collective per parameter."""
     return torch.stack(torch._foreach_norm(local, dtype=torch.float32)).double().square().sum()
+
+
+def _expert_shards(model: nn.Module) -> tuple[set[int], int]:
+    """Expert parallelism: the ids of the sharded expert weights and how many ranks split each
+    (parallel.expert_parallel); (empty, 1) without. measure() counts a shard that many times, so
+    annotate's mean over the ranks counts every expert once and every replicated weight once."""
+    sharded = [layer for layer in model.moe_layers() if layer.experts.exchange is not None]
+    if not sharded:
+        return set(), 1
+    experts = sharded[0].experts
+    ids = {id(getattr(layer.experts, w)) for layer in sharded for w in ("w1", "w3", "w2")}
+    return ids, sharded[0].n_experts // experts.w1.shape[0]
+
+
+def _weighted_squares(
+    local: list[torch.Tensor], params: list[nn.Parameter], shards: set[int], n_ranks: int
+) -> torch.Tensor:
+    """_squares, the expert shards' part counted n_ranks times."""
+    dense = [t for t, p in zip(local, params, strict=True) if id(p) not in shards]
+    if not shards:
+        return _squares(dense)
+    experts = [t for t, p in zip(local, params, strict=True) if id(p) in shards]
+    return _squares(dense) + n_ranks * _squares(experts)
 
 
 class Orchestrator:
@@ -153,15 +177,21 @@ class Orchestrator:
         if not self.active:
             return None
         params = list(run.model.parameters())
+        shards, n_ranks = _expert_shards(run.model)
         # matrices only: what weight decay acts on (norm gains at 1.0 would dominate a tiny model)
-        matrices = [_local(p) for p in params if p.ndim >= 2]
+        weights = [p for p in params if p.ndim >= 2]
+        matrices = [_local(p) for p in weights]
         nan = torch.full((), math.nan, dtype=torch.float64, device=run.collectives.device)
         # DeepSpeed ZeRO-3 leaves each rank empty 1-D placeholders (the values live in its
         # partitions): no parameter norm or update ratio is measured there.
-        parts = [_squares(matrices) if matrices else nan]
+        parts = [_weighted_squares(matrices, weights, shards, n_ranks) if matrices else nan]
         if matrices and self._snapshot is not None and len(self._snapshot) == len(params):
             now = [_local(p) for p in params]
-            parts += [_squares(torch._foreach_sub(now, self._snapshot)), _squares(self._snapshot)]
+            delta = torch._foreach_sub(now, self._snapshot)
+            parts += [
+                _weighted_squares(delta, params, shards, n_ranks),
+                _weighted_squares(self._snapshot, params, shards, n_ranks),
+            ]
         else:
             parts += [nan, nan]
         self._snapshot = None
@@ -185,6 +215,9 @@ class Orchestrator:
             world = run.collectives.world_size
             mean = run.collectives.all_reduce_mean_tensor(measured[:3].reshape(3))
             squares = [float(v) * world for v in mean]
+        elif _expert_shards(run.model)[0]:
+            # expert parallelism: measure() weighted the shards, the mean counts each weight once
+            squares = run.collectives.all_reduce_mean_tensor(measured[:3].reshape(3)).tolist()
         param_sq, delta_sq, before_sq = squares
         record["param_norm"] = None if math.isnan(param_sq) else math.sqrt(param_sq)
         record["update_ratio"] = (
