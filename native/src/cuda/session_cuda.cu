@@ -50,11 +50,10 @@ bool scratch_reserve(CudaSession *cs, const Config &c, int64_t M, int64_t R, std
                   F = std::max(c.ffn_dim, S), W = std::max({C, H, F});
     std::vector<void *> *A = &cs->scratch_allocs;
     const size_t f4 = sizeof(float);
-    return alloc(A, m * C * f4, &s.x, err) && alloc(A, m * C * f4, &s.h, err) &&
-           alloc(A, m * C * f4, &s.hn, err) && alloc(A, m * C * f4, &s.a, err) &&
-           alloc(A, m * C * f4, &s.f, err) && alloc(A, m * H * f4, &s.q, err) &&
-           alloc(A, m * KV * f4, &s.k, err) && alloc(A, m * KV * f4, &s.v, err) &&
-           alloc(A, m * H * f4, &s.att, err) && alloc(A, m * F * f4, &s.g, err) &&
+    return alloc(A, m * C * f4, &s.x, err) && alloc(A, m * C * f4, &s.hn, err) &&
+           alloc(A, m * C * f4, &s.f, err) && alloc(A, m * (H + 2 * KV) * f4, &s.qkv, err) &&
+           alloc(A, m * H * f4, &s.att, err) && alloc(A, m * 2 * F * f4, &s.gu, err) &&
+           alloc(A, m * F * f4, &s.g, err) &&
            alloc(A, m * F * f4, &s.u, err) && alloc(A, r * C * f4, &s.xs, err) &&
            alloc(A, r * C * f4, &s.hs, err) && alloc(A, r * V * f4, &s.logits, err) &&
            alloc(A, m * K * W, &s.xq, err) && alloc(A, m * K * W / 32 * f4, &s.xd, err) &&
@@ -77,35 +76,33 @@ bool run_kernels(const ats_model *m, CudaSession *cs, int64_t M, int64_t R, int6
     const int64_t C = c.dim, NH = c.n_head, NKV = c.n_kv_head, hd = c.head_dim, F = c.ffn_dim;
     const Scratch &s = cs->s;
     cudaStream_t st = cs->stream;
+    const int64_t QKV = (NH + 2 * NKV) * hd;
     gpu_embed(cm->emb, cm->emb_bf16, s.tok, M, C, s.x, st);
     for (int64_t li = 0; li < c.n_layer; li++) {
         const GpuLayer &L = cm->layers[(size_t)li];
-        gpu_rms_norm(s.x, L.attn_norm, M, C, c.norm_eps, s.hn, st);
+        const GpuKV &kv = cs->kv[(size_t)li];
         const GpuQAct xq{s.xq, s.xd};
-        if (quantized(L.wq)) gpu_quantize(s.hn, M, C, xq, st); /* once for q, k and v */
-        gpu_matmul(L.wq, s.hn, xq, M, s.q, st);
-        gpu_matmul(L.wk, s.hn, xq, M, s.k, st);
-        gpu_matmul(L.wv, s.hn, xq, M, s.v, st);
-        gpu_rope_cache(s.q, s.k, s.v, cm->cos_t, cm->sin_t, s.seq, s.pos, M, NH, NKV, hd,
-                       cs->kv[(size_t)li], st);
-        gpu_attention(s.q, s.seq, s.pos, M, NH, NKV, hd, max_pos, cs->kv[(size_t)li], s.att, st);
-        linear(L.wo, s.att, s, M, s.a, st);
-        gpu_add(s.x, s.a, M * C, s.h, st);
-        gpu_rms_norm(s.h, L.ffn_norm, M, C, c.norm_eps, s.hn, st);
+        /* x += wo(attn(norm(x))): the norm quantizes its output once for q, k and v */
+        gpu_rms_norm(s.x, L.attn_norm, M, C, c.norm_eps, s.hn, qact_for(L.wqkv, s), st);
+        gpu_matmul(L.wqkv, s.hn, xq, M, s.qkv, st);
+        gpu_rope_cache(s.qkv, QKV, cm->cos_t, cm->sin_t, s.seq, s.pos, M, NH, NKV, hd, kv, st);
+        gpu_attention(s.qkv, QKV, s.seq, s.pos, M, NH, NKV, hd, max_pos, kv, s.att, st);
+        linear(L.wo, s.att, s, M, s.x, st, s.x);
+        /* x += w2(silu(w1 n) * w3 n), n = norm(x) */
         if (c.has_moe) {
+            gpu_rms_norm(s.x, L.ffn_norm, M, C, c.norm_eps, s.hn, GpuQAct{nullptr, nullptr}, st);
             if (!moe_ffn_gpu(m, cs, li, M, err)) return false;
+            gpu_add(s.x, s.f, M * C, s.x, st);
         } else {
-            if (quantized(L.w1)) gpu_quantize(s.hn, M, C, xq, st); /* once for w1 and w3 */
-            gpu_matmul(L.w1, s.hn, xq, M, s.g, st);
-            gpu_matmul(L.w3, s.hn, xq, M, s.u, st);
-            gpu_silu_mul(s.g, s.u, M * F, st);
-            linear(L.w2, s.g, s, M, s.f, st);
+            gpu_rms_norm(s.x, L.ffn_norm, M, C, c.norm_eps, s.hn, qact_for(L.w13, s), st);
+            gpu_matmul(L.w13, s.hn, xq, M, s.gu, st);
+            gpu_silu_mul(s.gu, s.gu + F, M, F, 2 * F, s.g, qact_for(L.w2, s), st);
+            gpu_matmul(L.w2, s.g, xq, M, s.x, st, s.x);
         }
-        gpu_add(s.h, s.f, M * C, s.x, st);
     }
     gpu_gather_rows(s.x, s.out_rows, R, C, s.xs, st);
-    gpu_rms_norm(s.xs, cm->norm, R, C, c.norm_eps, s.hs, st);
-    linear(cm->output, s.hs, s, R, s.logits, st);
+    gpu_rms_norm(s.xs, cm->norm, R, C, c.norm_eps, s.hs, qact_for(cm->output, s), st);
+    gpu_matmul(cm->output, s.hs, GpuQAct{s.xq, s.xd}, R, s.logits, st);
     return true;
 }
 
