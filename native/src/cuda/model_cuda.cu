@@ -126,7 +126,9 @@ struct Uploader {
             cat.rows += w->rows;
         }
         const int64_t cols = w0.cols;
-        const int64_t n_scale = w0.type == WEIGHT_Q8 ? 1 : w0.type == WEIGHT_Q4 ? cols / w0.group : 0;
+        const int64_t n_scale = w0.type == WEIGHT_Q8   ? 1
+                                : w0.type == WEIGHT_Q4 ? cols / w0.group
+                                                       : 0; /* scales per row */
         std::vector<float> f32, scale;
         std::vector<int8_t> q8;
         std::vector<uint8_t> q4;
