@@ -1,7 +1,7 @@
 /* Matrix-vector products for decode (and, chunk by chunk, prefill): one warp per output row,
  * each lane streaming 16-byte pieces of the weight row (coalesced across the warp), UNROLL
  * pieces in flight per lane before any is used (a 2048-column int8 row is 2 KB: one round of
- * loads for the whole warp), against NR activation rows (blockIdx.y picks the chunk), then a
+ * loads for the whole warp), against NR activation rows (a chunk of the N), then a
  * warp sum and an optional residual added in the epilogue. Float weights (fp32, bf16) dot fp32
  * activations; int8 / int4 weights dot Q8_0 activations in integers (dp4a), the CPU runtime's
  * scheme (kernels.h: dot_q8_packed, dot_q4_packed). A lane visits its blocks in increasing
@@ -39,8 +39,9 @@ template <int NR>
 __global__ void matmul_f32(const float *__restrict__ w, int64_t rows, int64_t cols,
                            const float *__restrict__ x, int64_t N, const float *res, float *y) {
     const int lane = threadIdx.x & 31;
-    const int64_t row = (int64_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
-    const int64_t n0 = (int64_t)blockIdx.y * NR;
+    const int64_t chunks = (N + NR - 1) / NR;
+    const int64_t row = (int64_t)blockIdx.x / chunks * WARPS + (threadIdx.x >> 5);
+    const int64_t n0 = (int64_t)blockIdx.x % chunks * NR;
     if (row >= rows) return;
     const int nr = N - n0 < NR ? (int)(N - n0) : NR;
     const int64_t nk = cols / 4;
@@ -81,8 +82,9 @@ template <int NR>
 __global__ void matmul_bf16(const __nv_bfloat16 *__restrict__ w, int64_t rows, int64_t cols,
                             const float *__restrict__ x, int64_t N, const float *res, float *y) {
     const int lane = threadIdx.x & 31;
-    const int64_t row = (int64_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
-    const int64_t n0 = (int64_t)blockIdx.y * NR;
+    const int64_t chunks = (N + NR - 1) / NR;
+    const int64_t row = (int64_t)blockIdx.x / chunks * WARPS + (threadIdx.x >> 5);
+    const int64_t n0 = (int64_t)blockIdx.x % chunks * NR;
     if (row >= rows) return;
     const int nr = N - n0 < NR ? (int)(N - n0) : NR;
     const int64_t nk = cols / 8;
@@ -161,8 +163,9 @@ __global__ void matmul_q8(const int8_t *__restrict__ w, const float *__restrict_
                           int64_t rows, int64_t cols, const int8_t *__restrict__ xq,
                           const float *__restrict__ xd, int64_t N, const float *res, float *y) {
     const int lane = threadIdx.x & 31;
-    const int64_t row = (int64_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
-    const int64_t n0 = (int64_t)blockIdx.y * NR;
+    const int64_t chunks = (N + NR - 1) / NR;
+    const int64_t row = (int64_t)blockIdx.x / chunks * WARPS + (threadIdx.x >> 5);
+    const int64_t n0 = (int64_t)blockIdx.x % chunks * NR;
     if (row >= rows) return;
     const int nr = N - n0 < NR ? (int)(N - n0) : NR;
     const int64_t nb = cols / 32;
@@ -204,8 +207,9 @@ __global__ void matmul_q4(const uint8_t *__restrict__ w, const __half *__restric
                           int group, int64_t rows, int64_t cols, const int8_t *__restrict__ xq,
                           const float *__restrict__ xd, int64_t N, const float *res, float *y) {
     const int lane = threadIdx.x & 31;
-    const int64_t row = (int64_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
-    const int64_t n0 = (int64_t)blockIdx.y * NR;
+    const int64_t chunks = (N + NR - 1) / NR;
+    const int64_t row = (int64_t)blockIdx.x / chunks * WARPS + (threadIdx.x >> 5);
+    const int64_t n0 = (int64_t)blockIdx.x % chunks * NR;
     if (row >= rows) return;
     const int nr = N - n0 < NR ? (int)(N - n0) : NR;
     const int64_t nb = cols / 32, per_group = group / 32, ng = cols / group;
@@ -246,7 +250,10 @@ __global__ void matmul_q4(const uint8_t *__restrict__ w, const __half *__restric
 template <int NR>
 static void launch_matmul(const GpuWeight &w, const float *x, const GpuQAct &xq, int64_t N,
                           float *y, const float *res, cudaStream_t st) {
-    const dim3 grid((unsigned)((w.rows + WARPS - 1) / WARPS), (unsigned)((N + NR - 1) / NR));
+    /* block b: output rows (b / chunks) * WARPS.., activation rows (b % chunks) * NR..: the
+     * chunks of one weight row group run back to back, its later reads hitting L2 */
+    const int64_t chunks = (N + NR - 1) / NR;
+    const unsigned grid = (unsigned)((w.rows + WARPS - 1) / WARPS * chunks);
     const int threads = WARPS * 32;
     switch (w.type) {
     case GPU_F32:

@@ -50,20 +50,24 @@ bool scratch_reserve(CudaSession *cs, const Config &c, int64_t M, int64_t R, std
                   F = std::max(c.ffn_dim, S), W = std::max({C, H, F});
     std::vector<void *> *A = &cs->scratch_allocs;
     const size_t f4 = sizeof(float);
-    return alloc(A, m * C * f4, &s.x, err) && alloc(A, m * C * f4, &s.hn, err) &&
-           alloc(A, m * C * f4, &s.f, err) && alloc(A, m * (H + 2 * KV) * f4, &s.qkv, err) &&
-           alloc(A, m * H * f4, &s.att, err) && alloc(A, m * 2 * F * f4, &s.gu, err) &&
-           alloc(A, m * F * f4, &s.g, err) &&
-           alloc(A, m * F * f4, &s.u, err) && alloc(A, r * C * f4, &s.xs, err) &&
-           alloc(A, r * C * f4, &s.hs, err) && alloc(A, r * V * f4, &s.logits, err) &&
-           alloc(A, m * K * W, &s.xq, err) && alloc(A, m * K * W / 32 * f4, &s.xd, err) &&
-           alloc(A, m * 4, &s.tok, err) && alloc(A, m * 4, &s.seq, err) &&
-           alloc(A, m * 4, &s.pos, err) && alloc(A, m * 4, &s.out_rows, err) &&
-           alloc(A, m * E * f4, &s.rl, err) && alloc(A, m * K * C * f4, &s.xe, err) &&
-           alloc(A, m * K * F * f4, &s.ge, err) && alloc(A, m * K * F * f4, &s.ue, err) &&
-           alloc(A, m * K * C * f4, &s.ys, err) && alloc(A, m * C * f4, &s.shared, err) &&
-           alloc(A, m * K * f4, &s.mwts, err) && alloc(A, m * K * 4, &s.mrows, err) &&
-           alloc(A, m * K * 4, &s.mslot, err);
+    const bool ok =
+        alloc(A, m * C * f4, &s.x, err) && alloc(A, m * C * f4, &s.hn, err) &&
+        alloc(A, m * C * f4, &s.f, err) && alloc(A, m * (H + 2 * KV) * f4, &s.qkv, err) &&
+        alloc(A, m * H * f4, &s.att, err) && alloc(A, m * 2 * F * f4, &s.gu, err) &&
+        alloc(A, m * F * f4, &s.g, err) && alloc(A, m * F * f4, &s.u, err) &&
+        alloc(A, r * C * f4, &s.xs, err) && alloc(A, r * C * f4, &s.hs, err) &&
+        alloc(A, r * V * f4, &s.logits, err) && alloc(A, m * K * W, &s.xq, err) &&
+        alloc(A, m * K * W / 32 * f4, &s.xd, err) && alloc(A, 4 * m * 4, &s.tok, err) &&
+        alloc(A, m * E * f4, &s.rl, err) && alloc(A, m * K * C * f4, &s.xe, err) &&
+        alloc(A, m * K * F * f4, &s.ge, err) && alloc(A, m * K * F * f4, &s.ue, err) &&
+        alloc(A, m * K * C * f4, &s.ys, err) && alloc(A, m * C * f4, &s.shared, err) &&
+        alloc(A, m * K * f4, &s.mwts, err) && alloc(A, m * K * 4, &s.mrows, err) &&
+        alloc(A, m * K * 4, &s.mslot, err);
+    if (!ok) return false;
+    s.seq = s.tok + m; /* tok, seq, pos, out_rows: one buffer, one upload per call */
+    s.pos = s.tok + 2 * m;
+    s.out_rows = s.tok + 3 * m;
+    return true;
 }
 
 /* Every kernel of one forward call over the M rows in the scratch buffers (tokens, sequences,
@@ -177,10 +181,13 @@ bool cuda_session_forward(ats_session *sess, const int32_t *const *ids, const in
     if (!scratch_reserve(cs, m->cfg, M, R, err)) return false;
     const Scratch &s = cs->s;
     cudaStream_t st = cs->stream;
-    CUDA_TRY(cudaMemcpyAsync(s.tok, tok.data(), M * 4, cudaMemcpyHostToDevice, st), "upload");
-    CUDA_TRY(cudaMemcpyAsync(s.seq, seq.data(), M * 4, cudaMemcpyHostToDevice, st), "upload");
-    CUDA_TRY(cudaMemcpyAsync(s.pos, pos.data(), M * 4, cudaMemcpyHostToDevice, st), "upload");
-    CUDA_TRY(cudaMemcpyAsync(s.out_rows, out_rows.data(), R * 4, cudaMemcpyHostToDevice, st),
+    std::vector<int32_t> &up = cs->upload; /* s.tok's layout: tok, seq, pos, out_rows */
+    up.assign((size_t)(4 * s.M), 0);
+    std::copy(tok.begin(), tok.end(), up.begin());
+    std::copy(seq.begin(), seq.end(), up.begin() + s.M);
+    std::copy(pos.begin(), pos.end(), up.begin() + 2 * s.M);
+    std::copy(out_rows.begin(), out_rows.end(), up.begin() + 3 * s.M);
+    CUDA_TRY(cudaMemcpyAsync(s.tok, up.data(), up.size() * 4, cudaMemcpyHostToDevice, st),
              "upload");
     const bool decode = R == M && !all_logits;
     if (decode && cs->graphs && !m->cfg.has_moe) {
@@ -205,22 +212,31 @@ bool cuda_session_forward(ats_session *sess, const int32_t *const *ids, const in
         return false;
     }
     CUDA_TRY(cudaGetLastError(), "kernel launch");
-    std::vector<float> tmp;
-    float *dst = all_logits;
-    if (!dst) {
-        tmp.resize((size_t)(R * V));
-        dst = tmp.data();
+    /* logits straight into the caller's arrays: all of them, or each sequence's last row
+     * (runs of consecutive sequences in one copy) */
+    if (all_logits) {
+        CUDA_TRY(cudaMemcpyAsync(all_logits, s.logits, (size_t)(R * V) * sizeof(float),
+                                 cudaMemcpyDeviceToHost, st),
+                 "logits download");
+    } else if (last_logits) {
+        for (int64_t i = 0; i < R;) {
+            const int32_t b0 = seq[(size_t)out_rows[(size_t)i]];
+            int64_t j = i + 1;
+            while (j < R && seq[(size_t)out_rows[(size_t)j]] == b0 + (j - i)) j++;
+            CUDA_TRY(cudaMemcpyAsync(last_logits + (int64_t)b0 * V, s.logits + i * V,
+                                     (size_t)((j - i) * V) * sizeof(float),
+                                     cudaMemcpyDeviceToHost, st),
+                     "logits download");
+            i = j;
+        }
     }
-    CUDA_TRY(cudaMemcpyAsync(dst, s.logits, (size_t)(R * V) * sizeof(float),
-                             cudaMemcpyDeviceToHost, st),
-             "logits download");
     CUDA_TRY(cudaStreamSynchronize(st), "forward pass");
     for (int32_t b = 0; b < sess->n_seq; b++) sess->length[(size_t)b] += n_new[b];
-    if (last_logits) {
+    if (all_logits && last_logits) {
         for (int64_t i = 0; i < R; i++) {
             const int64_t r = out_rows[(size_t)i];
             if (r + 1 == M || seq[(size_t)(r + 1)] != seq[(size_t)r]) {
-                memcpy(last_logits + (int64_t)seq[(size_t)r] * V, dst + i * V,
+                memcpy(last_logits + (int64_t)seq[(size_t)r] * V, all_logits + i * V,
                        (size_t)V * sizeof(float));
             }
         }

@@ -18,7 +18,7 @@ struct Scratch {
     float *x, *hn, *f, *qkv, *att, *gu, *g, *u, *xs, *hs, *logits;
     int8_t *xq; /* quantized activations: (M * max(1, top_k), max(C, H, F, shared width)) */
     float *xd;
-    int32_t *tok, *seq, *pos, *out_rows;
+    int32_t *tok, *seq, *pos, *out_rows; /* one allocation of 4 x M, in this order */
     /* MoE: router logits (M, E); expert rows sorted by expert (M * K, C) in, their gate/up
      * (M * K, F), their outputs (M * K, C); shared experts' output (M, C); the token of each
      * sorted row, the sorted row of each (token, choice) slot (-1 dropped) and its weight */
@@ -31,6 +31,7 @@ struct CudaSession {
     std::vector<GpuKV> kv;
     std::vector<void *> cache_allocs, scratch_allocs;
     Scratch s;
+    std::vector<int32_t> upload;               /* host side of s.tok's buffer */
     bool graphs = true;                        /* decode steps replay captured graphs */
     std::map<int64_t, cudaGraphExec_t> decode; /* by row count; valid while scratch stays */
     void drop_graphs() {
