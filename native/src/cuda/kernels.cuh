@@ -55,7 +55,7 @@ __device__ __forceinline__ void quantize_block(float v, int64_t b, int8_t *q, fl
 void gpu_embed(const void *table, bool bf16, const int32_t *tok, int64_t M, int64_t C, float *x,
                cudaStream_t st);
 /* y = rmsnorm(x) * w per row (sum of squares in double, as the CPU's norm_row), and xq =
- * Q8_0(y) when xq.q is not NULL (C % 32 == 0). */
+ * Q8_0(y) when xq.q is not NULL (C % 32 == 0); y does not alias x. */
 void gpu_rms_norm(const float *x, const float *w, int64_t M, int64_t C, double eps, float *y,
                   GpuQAct xq, cudaStream_t st);
 /* y = a + b (n elements); y may alias a. */

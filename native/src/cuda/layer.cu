@@ -41,9 +41,11 @@ __device__ double block_sum(double v, double *shared) {
 }
 
 /* One block per row; with xq.q set, each warp's pass over 32 consecutive elements (C % 32 == 0,
- * THREADS % 32 == 0) is one Q8_0 block of the output. */
-__global__ void rms_norm(const float *x, const float *w, int64_t C, double eps, float *y,
-                         int8_t *q, float *d) {
+ * THREADS % 32 == 0) is one Q8_0 block of the output. y never aliases x (__restrict__: the
+ * loads of a pass are issued together, not one store's latency apart). */
+__global__ void rms_norm(const float *__restrict__ x, const float *__restrict__ w, int64_t C,
+                         double eps, float *__restrict__ y, int8_t *__restrict__ q,
+                         float *__restrict__ d) {
     __shared__ double part[THREADS / 32];
     const int64_t r = blockIdx.x;
     const float *xr = x + r * C;
@@ -52,6 +54,7 @@ __global__ void rms_norm(const float *x, const float *w, int64_t C, double eps, 
     for (int64_t i = threadIdx.x; i < C; i += blockDim.x) ss += (double)xr[i] * xr[i];
     ss = block_sum(ss, part);
     const float inv = (float)(1.0 / sqrt(ss / (double)C + eps));
+#pragma unroll 4
     for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
         const float v = __fmul_rn(__fmul_rn(xr[i], inv), w[i]);
         y[r * C + i] = v;
