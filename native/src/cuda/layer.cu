@@ -95,6 +95,49 @@ void gpu_silu_mul(const float *g, const float *u, int64_t M, int64_t F, int64_t 
                                                                             xq.q, xq.d);
 }
 
+/* Block per row: each thread the first largest of its strided elements, then a block
+ * reduction keeping the larger value, on a tie the lower index. */
+__global__ void argmax_rows(const float *__restrict__ x, int64_t V, int32_t *out) {
+    __shared__ float wv[THREADS / 32];
+    __shared__ int32_t wi[THREADS / 32];
+    const float *xr = x + (int64_t)blockIdx.x * V;
+    float bv = -INFINITY;
+    int32_t bi = INT32_MAX;
+    for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
+        const float v = xr[i];
+        if (bi == INT32_MAX || v > bv) {
+            bv = v;
+            bi = (int32_t)i;
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int32_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (ov > bv || (ov == bv && oi < bi)) {
+            bv = ov;
+            bi = oi;
+        }
+    }
+    if ((threadIdx.x & 31) == 0) {
+        wv[threadIdx.x >> 5] = bv;
+        wi[threadIdx.x >> 5] = bi;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < (int)blockDim.x / 32; w++) {
+            if (wv[w] > bv || (wv[w] == bv && wi[w] < bi)) {
+                bv = wv[w];
+                bi = wi[w];
+            }
+        }
+        out[blockIdx.x] = bi;
+    }
+}
+
+void gpu_argmax_rows(const float *x, int64_t R, int64_t V, int32_t *out, cudaStream_t st) {
+    argmax_rows<<<(unsigned)R, THREADS, 0, st>>>(x, V, out);
+}
+
 __global__ void gather_rows(const float *src, const int32_t *rows, int64_t C, float *dst) {
     const int64_t i = blockIdx.x, r = rows[i];
     for (int64_t j = threadIdx.x; j < C; j += blockDim.x) dst[i * C + j] = src[r * C + j];

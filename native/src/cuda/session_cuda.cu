@@ -1,6 +1,7 @@
 /* The GPU side of an ats_session: per-layer KV cache and validity on the GPU, scratch that
  * grows with the largest call, one stream; and the forward pass over the new tokens of all
- * sequences (rows stacked as in forward.cpp), logits copied back to the host. A decode step (one
+ * sequences (rows stacked as in forward.cpp), logits (or, for greedy sampling, the argmax ids)
+ * copied back to the host. A decode step (one
  * token per sequence) replays a CUDA graph captured once per row count (its kernels read the
  * rows' tokens, sequences and positions from device buffers filled before each replay, and
  * attention sizes its shared memory for the session's max_len): a small model's step is
@@ -56,8 +57,9 @@ bool scratch_reserve(CudaSession *cs, const Config &c, int64_t M, int64_t R, std
         alloc(A, m * H * f4, &s.att, err) && alloc(A, m * 2 * F * f4, &s.gu, err) &&
         alloc(A, m * F * f4, &s.g, err) && alloc(A, m * F * f4, &s.u, err) &&
         alloc(A, r * C * f4, &s.xs, err) && alloc(A, r * C * f4, &s.hs, err) &&
-        alloc(A, r * V * f4, &s.logits, err) && alloc(A, m * K * W, &s.xq, err) &&
-        alloc(A, m * K * W / 32 * f4, &s.xd, err) && alloc(A, 4 * m * 4, &s.tok, err) &&
+        alloc(A, r * V * f4, &s.logits, err) && alloc(A, r * 4, &s.amax, err) &&
+        alloc(A, m * K * W, &s.xq, err) && alloc(A, m * K * W / 32 * f4, &s.xd, err) &&
+        alloc(A, 4 * m * 4, &s.tok, err) &&
         alloc(A, m * E * f4, &s.rl, err) && alloc(A, m * K * C * f4, &s.xe, err) &&
         alloc(A, m * K * F * f4, &s.ge, err) && alloc(A, m * K * F * f4, &s.ue, err) &&
         alloc(A, m * K * C * f4, &s.ys, err) && alloc(A, m * C * f4, &s.shared, err) &&
@@ -156,7 +158,8 @@ void cuda_session_reset(ats_session *sess, int32_t b) {
 }
 
 bool cuda_session_forward(ats_session *sess, const int32_t *const *ids, const int32_t *n_new,
-                          float *last_logits, float *all_logits, std::string *err) {
+                          float *last_logits, float *all_logits, int32_t *last_tokens,
+                          std::string *err) {
     const ats_model *m = sess->model;
     CudaSession *cs = sess->cuda;
     const int64_t V = m->cfg.vocab_size;
@@ -230,8 +233,21 @@ bool cuda_session_forward(ats_session *sess, const int32_t *const *ids, const in
             i = j;
         }
     }
+    std::vector<int32_t> tokens;
+    if (last_tokens) { /* the greedy choices: R ids back instead of R rows of logits */
+        tokens.resize((size_t)R);
+        gpu_argmax_rows(s.logits, R, V, s.amax, st);
+        CUDA_TRY(cudaMemcpyAsync(tokens.data(), s.amax, (size_t)R * 4, cudaMemcpyDeviceToHost, st),
+                 "token download");
+    }
     CUDA_TRY(cudaStreamSynchronize(st), "forward pass");
     for (int32_t b = 0; b < sess->n_seq; b++) sess->length[(size_t)b] += n_new[b];
+    for (int64_t i = 0; last_tokens && i < R; i++) {
+        const int64_t r = out_rows[(size_t)i];
+        if (r + 1 == M || seq[(size_t)(r + 1)] != seq[(size_t)r]) {
+            last_tokens[seq[(size_t)r]] = tokens[(size_t)i];
+        }
+    }
     if (all_logits && last_logits) {
         for (int64_t i = 0; i < R; i++) {
             const int64_t r = out_rows[(size_t)i];

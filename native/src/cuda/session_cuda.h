@@ -19,6 +19,7 @@ struct Scratch {
     int8_t *xq; /* quantized activations: (M * max(1, top_k), max(C, H, F, shared width)) */
     float *xd;
     int32_t *tok, *seq, *pos, *out_rows; /* one allocation of 4 x M, in this order */
+    int32_t *amax;                       /* (R) argmax of each output row's logits */
     /* MoE: router logits (M, E); expert rows sorted by expert (M * K, C) in, their gate/up
      * (M * K, F), their outputs (M * K, C); shared experts' output (M, C); the token of each
      * sorted row, the sorted row of each (token, choice) slot (-1 dropped) and its weight */
