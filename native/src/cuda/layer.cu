@@ -216,10 +216,11 @@ __host__ __device__ inline int64_t att_span(int64_t hd) {
 /* Block (row r, query head h). Scores: one thread per key slot <= pos (a dot over the head
  * dimensions, the query in shared memory); softmax (max, exp, double sum); then p @ V with
  * the threads split into key groups (group g takes slots g, g + G, ...; a thread one head
- * dimension), the G partial sums added in group order. Shared memory: hd query values, G * hd
- * partial sums, then one score per slot. */
+ * dimension), the G partial sums added in group order, the output quantized when oq is set.
+ * Shared memory: hd query values, G * hd partial sums, then one score per slot. */
 __global__ void attention(const float *q, int64_t ld, const int32_t *seq, const int32_t *pos,
-                          int64_t NH, int64_t NKV, int64_t hd, GpuKV kv, float *out) {
+                          int64_t NH, int64_t NKV, int64_t hd, GpuKV kv, float *out, int8_t *oq,
+                          float *od) {
     extern __shared__ float smem[];
     __shared__ double part[ATT_THREADS / 32];
     __shared__ float fpart[ATT_THREADS / 32];
@@ -270,7 +271,9 @@ __global__ void attention(const float *q, int64_t ld, const int32_t *seq, const 
     for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
         float acc = pv[d];
         for (int64_t i = 1; i < G; i++) acc += pv[i * hd + d];
-        out[r * NH * hd + h * hd + d] = acc;
+        const int64_t o = r * NH * hd + h * hd + d;
+        out[o] = acc;
+        if (oq) quantize_block(acc, o / 32, oq, od); /* hd % 32 == 0: whole warps, whole blocks */
     }
 }
 
@@ -293,11 +296,11 @@ int64_t gpu_attention_max_keys(int64_t hd) { return max_smem_bytes() / 4 - att_s
 
 void gpu_attention(const float *q, int64_t ld, const int32_t *seq, const int32_t *pos,
                    int64_t M, int64_t NH, int64_t NKV, int64_t hd, int64_t max_pos, GpuKV kv,
-                   float *out, cudaStream_t st) {
+                   float *out, GpuQAct xq, cudaStream_t st) {
     max_smem_bytes();
     const size_t smem = (size_t)(att_smem_floats(hd) + max_pos + 1) * sizeof(float);
-    attention<<<dim3((unsigned)M, (unsigned)NH), ATT_THREADS, smem, st>>>(q, ld, seq, pos, NH,
-                                                                         NKV, hd, kv, out);
+    attention<<<dim3((unsigned)M, (unsigned)NH), ATT_THREADS, smem, st>>>(
+        q, ld, seq, pos, NH, NKV, hd, kv, out, xq.q, xq.d);
 }
 
 __global__ void clear_valid(uint8_t *valid, int64_t b, int64_t max_len) {

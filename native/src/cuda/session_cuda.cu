@@ -92,8 +92,14 @@ bool run_kernels(const ats_model *m, CudaSession *cs, int64_t M, int64_t R, int6
         gpu_rms_norm(s.x, L.attn_norm, M, C, c.norm_eps, s.hn, qact_for(L.wqkv, s), st);
         gpu_matmul(L.wqkv, s.hn, xq, M, s.qkv, st);
         gpu_rope_cache(s.qkv, QKV, cm->cos_t, cm->sin_t, s.seq, s.pos, M, NH, NKV, hd, kv, st);
-        gpu_attention(s.qkv, QKV, s.seq, s.pos, M, NH, NKV, hd, max_pos, kv, s.att, st);
-        linear(L.wo, s.att, s, M, s.x, st, s.x);
+        if (quantized(L.wo) && hd % 32 == 0) { /* attention quantizes its output for wo */
+            gpu_attention(s.qkv, QKV, s.seq, s.pos, M, NH, NKV, hd, max_pos, kv, s.att, xq, st);
+            gpu_matmul(L.wo, s.att, xq, M, s.x, st, s.x);
+        } else {
+            gpu_attention(s.qkv, QKV, s.seq, s.pos, M, NH, NKV, hd, max_pos, kv, s.att,
+                          GpuQAct{nullptr, nullptr}, st);
+            linear(L.wo, s.att, s, M, s.x, st, s.x);
+        }
         /* x += w2(silu(w1 n) * w3 n), n = norm(x) */
         if (c.has_moe) {
             gpu_rms_norm(s.x, L.ffn_norm, M, C, c.norm_eps, s.hn, GpuQAct{nullptr, nullptr}, st);
