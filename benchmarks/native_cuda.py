@@ -198,6 +198,13 @@ def hf_decode(model_dir: Path, prompt: list[int], n: int, reps: int) -> float | 
     return decode_rate(run, n, reps)
 
 
+BASELINES = {  # label -> tokens/s of the bf16 model dir (None: not installed)
+    "torch-eager-bf16": lambda d, p, n, reps: torch_decode(d, p, n, reps, compiled=False),
+    "torch-compile-bf16": lambda d, p, n, reps: torch_decode(d, p, n, reps, compiled=True),
+    "hf-generate-bf16": hf_decode,
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", nargs="+", choices=list(MODELS), default=["dense-254m"])
@@ -206,7 +213,13 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32, help="sequences of the batched run")
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--cache", type=Path, default=Path("/tmp/ats-bench-cuda"))
-    parser.add_argument("--no-torch", action="store_true", help="skip the PyTorch baselines")
+    parser.add_argument(
+        "--baselines",
+        nargs="*",
+        choices=list(BASELINES),
+        default=list(BASELINES),
+        help="PyTorch baselines, measured after every model's native rows (none: skip them)",
+    )
     args = parser.parse_args()
 
     import numpy as np
@@ -217,13 +230,14 @@ def main() -> None:
     emit("device-copy-bandwidth", bandwidth / 1e9, bandwidth / 1e9, hw, "GB/s")
     prompt = np.random.default_rng(0).integers(0, 32000, args.prompt_len).tolist()
     args.cache.mkdir(parents=True, exist_ok=True)
+    rates: dict[str, dict[str, float]] = {}  # model -> scheme -> batch-1 tokens/s
     for name in args.models:
         dirs = build(args.cache, name)
         log(f"{name}: model dirs ready")
-        rates = {}
+        rates[name] = {}
         for scheme, model_dir in dirs.items():
             bits = SCHEMES[scheme][0] if SCHEMES[scheme] else None
-            rate = rates[scheme] = ats_decode(model_dir, prompt, args.decode, args.reps)
+            rate = rates[name][scheme] = ats_decode(model_dir, prompt, args.decode, args.reps)
             roofline = bandwidth / weight_bytes(model_dir, bits)
             emit(f"{name}_{scheme}_decode-b1_vs_roofline", rate, roofline, hw)
             no_graphs = ats_decode(model_dir, prompt, args.decode, args.reps, graphs="0")
@@ -231,16 +245,11 @@ def main() -> None:
             emit(f"{name}_{scheme}_decode-b1-cuda-graphs_vs_no-graphs", rate, no_graphs, hw)
             batched = ats_batched(model_dir, prompt, args.batch, args.decode)
             emit(f"{name}_{scheme}_decode-b{args.batch}-aggregate_vs_b1", batched, rate, hw)
-        if args.no_torch:
-            continue
-        # the PyTorch baselines last: a compile failure there leaves the rows above printed
-        baselines = {
-            "torch-eager-bf16": torch_decode(dirs["bf16"], prompt, args.decode, args.reps, False),
-            "torch-compile-bf16": torch_decode(dirs["bf16"], prompt, args.decode, args.reps, True),
-            "hf-generate-bf16": hf_decode(dirs["bf16"], prompt, args.decode, args.reps),
-        }
-        for label, base in baselines.items():
-            for scheme, rate in rates.items():
+    # the baselines last: a slow compile or a failure there leaves every native row printed
+    for label in args.baselines:
+        for name in args.models:
+            base = BASELINES[label](args.cache / name, prompt, args.decode, args.reps)
+            for scheme, rate in rates[name].items():
                 row = f"{name}_{scheme}_decode-b1_vs_{label}"
                 if base is None:
                     note = dict(name=row, ours=round(rate, 2), baseline=None, hardware=hw)
