@@ -4,13 +4,16 @@ lr_scale x orchestrator.rollback.scale, logs each rollback in decisions.jsonl, a
 exactly where a fault-free run with that lr ends (the oracle: the same weights, bitwise).
 
 The NaN is faults.nan_grad_at_step (a NaN in a real gradient after backward); nan_grad_times = 2
-makes the replay of that step meet it again. Checkpoints every 5 steps: a NaN at step 13 rolls back
+makes the replay of that step meet it again. A NaN that outlasts
+orchestrator.rollback.max_rollbacks stops the run with DivergedError. Checkpoints every 5 steps: a NaN at step 13 rolls back
 to step 10."""
 
 from pathlib import Path
 
 import pytest
 import torch
+from ats_train.errors import DivergedError
+from ats_train.orchestrator.decisions import read_decisions
 from safetensors.torch import load_file
 
 STEPS = 30  # conftest's run length
@@ -50,7 +53,7 @@ def test_a_one_off_nan_replays_at_the_same_lr_and_ends_as_the_clean_run(run, rol
 
 def test_a_nan_that_comes_back_rolls_back_again_at_half_the_lr(run, rollback_only):
     nan_twice = {"faults.nan_grad_at_step": NAN_AT, "faults.nan_grad_times": 2}
-    r = run(**rollback_only, **nan_twice)
+    r = run(**rollback_only, **nan_twice, **{"orchestrator.rollback.max_rollbacks": 2})
     first, second = r.fired("rollback")
     assert [first["step"], second["step"]] == [NAN_AT, NAN_AT]
     assert first["applied"] and second["applied"]
@@ -71,3 +74,17 @@ def test_a_nan_that_comes_back_rolls_back_again_at_half_the_lr(run, rollback_onl
     assert [x["lr"] for x in after] == [x["lr"] for x in half.train_records[CHECKPOINT_AT:]]
     assert_same_weights(r.run_dir, half.run_dir)
     assert r.final_val_loss == half.final_val_loss
+
+
+def test_a_nan_the_replays_never_get_past_stops_the_run(run_in, rollback_only, tmp_path):
+    nan_thrice = {"faults.nan_grad_at_step": NAN_AT, "faults.nan_grad_times": 3}
+    run_dir = tmp_path / "run"
+    with pytest.raises(DivergedError) as raised:
+        run_in(run_dir, **rollback_only, **nan_thrice, **{"orchestrator.rollback.max_rollbacks": 2})
+    message = str(raised.value)
+    assert f"non-finite loss or grad norm at step {NAN_AT} after 2 rollbacks" in message
+    assert f"max_rollbacks = 2), the last to step-{CHECKPOINT_AT:06d} at lr_scale 0.5" in message
+    decisions = read_decisions(run_dir)
+    assert [(d["kind"], d["step"]) for d in decisions] == [("rollback", NAN_AT)] * 2
+    saved = sorted(p.name for p in (run_dir / "checkpoints").glob("step-*"))
+    assert saved == ["step-000005", f"step-{CHECKPOINT_AT:06d}"]  # nothing saved past the NaN
