@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from ats_train.cli import main
 from ats_train.errors import DivergedError
 from ats_train.orchestrator.decisions import read_decisions
 from safetensors.torch import load_file
@@ -88,3 +89,13 @@ def test_a_nan_the_replays_never_get_past_stops_the_run(run_in, rollback_only, t
     assert [(d["kind"], d["step"]) for d in decisions] == [("rollback", NAN_AT)] * 2
     saved = sorted(p.name for p in (run_dir / "checkpoints").glob("step-*"))
     assert saved == ["step-000005", f"step-{CHECKPOINT_AT:06d}"]  # nothing saved past the NaN
+
+
+def test_the_cli_ends_a_run_the_rollbacks_cannot_save_with_one_line(overrides, tmp_path, capsys):
+    nan = {"faults__nan_grad_at_step": 3, "faults__nan_grad_times": 3}
+    args = overrides(**nan, orchestrator__rollback__max_rollbacks=2)  # checkpoints every 2 steps
+    assert main(["--run-dir", str(tmp_path / "run"), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err
+    assert "error: non-finite loss or grad norm at step 3 after 2 rollbacks" in err
+    assert "the last to step-000002 at lr_scale 0.5" in err
