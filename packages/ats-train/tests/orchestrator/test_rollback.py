@@ -4,9 +4,8 @@ lr_scale x orchestrator.rollback.scale, logs each rollback in decisions.jsonl, a
 exactly where a fault-free run with that lr ends (the oracle: the same weights, bitwise).
 
 The NaN is faults.nan_grad_at_step (a NaN in a real gradient after backward); nan_grad_times = 2
-makes the replay of that step meet it again. A NaN that outlasts
-orchestrator.rollback.max_rollbacks stops the run with DivergedError. Checkpoints every 5 steps: a NaN at step 13 rolls back
-to step 10."""
+makes the replay of that step meet it again. A NaN that outlasts orchestrator.rollback.max_rollbacks
+stops the run with DivergedError. Checkpoints every 5 steps: a NaN at step 13 rolls back to 10."""
 
 from pathlib import Path
 
