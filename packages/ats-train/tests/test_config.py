@@ -174,6 +174,7 @@ def test_unknown_key_in_a_file_suggests_the_nearest(tmp_path: Path) -> None:
         (["plan.flops=inf"], "plan.flops = inf is not a finite number"),
         (["model.dropout=nan"], "model.dropout = nan is not a finite number"),
         (["faults.diverge_lr_factor=-30"], "faults.diverge_lr_factor = -30.0 must be > 0"),
+        (["faults.nan_grad_times=0"], "faults.nan_grad_times = 0 must be >= 1"),
         (["checkpoint.format=dcp"], "checkpoint.format = 'dcp' is not one of full, sharded"),
         (
             ["checkpoint.format=sharded", "parallel.backend=colossalai"],

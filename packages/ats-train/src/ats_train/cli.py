@@ -31,10 +31,11 @@ from ats_tokenizer.hf_json import TokenizerFileError
 
 from ats_train.checkpoint import CheckpointError
 from ats_train.config import ConfigError, load_config
-from ats_train.errors import InputError, RewardError
+from ats_train.errors import DivergedError, InputError, RewardError
 from ats_train.run_lock import RunDirInUse
 
-# what bad input raises (one line, exit 2); anything else is a bug and keeps its traceback
+# what bad input, or a run that cannot go on, raises (one line, exit 2); anything else is a bug
+# and keeps its traceback
 USER_ERRORS = (
     ConfigError,
     CheckpointError,
@@ -45,6 +46,7 @@ USER_ERRORS = (
     RewardError,
     InputError,
     CanaryPairsError,
+    DivergedError,
 )
 
 

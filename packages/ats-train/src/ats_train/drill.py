@@ -21,6 +21,7 @@ import torch
 
 from ats_train.build import build_trainer
 from ats_train.config import load_config
+from ats_train.errors import DivergedError
 from ats_train.orchestrator.decisions import read_decisions
 
 RECOVERED = 0.02  # a one-off fault's run ends within this (relative) of the fault-free val loss
@@ -142,7 +143,7 @@ def run_drills(
         error, val_loss = None, None
         try:
             val_loss = train_once({**base, **drill.faults}, run_dir)
-        except torch.OutOfMemoryError as e:  # a fault the orchestrator did not answer
+        except (torch.OutOfMemoryError, DivergedError) as e:  # a fault not answered
             error = str(e).splitlines()[0]
         reference = clean
         if drill.persistent:

@@ -15,3 +15,8 @@ class RewardError(ValueError):
 class InputError(ValueError):
     """A model or adapter directory given to a command that cannot be used (an adapter for another
     model shape, a corrupt file); the message names the file and what is wrong."""
+
+
+class DivergedError(RuntimeError):
+    """The loss or gradients stayed non-finite through orchestrator.rollback.max_rollbacks
+    rollbacks: the run cannot get past that point; the message names the step and what was tried."""

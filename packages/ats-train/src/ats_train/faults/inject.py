@@ -3,7 +3,8 @@
 Each fault changes what the run computes, not what the orchestrator sees: a NaN lands in a real
 gradient, an OOM is a torch.OutOfMemoryError raised from inside the model's forward (on CUDA a
 real allocation that does not fit), a routing collapse is a real router bias. Off by default;
-each fires once per process (a rollback that replays the step does not replay the fault).
+each fires once per process (a rollback that replays the step does not replay the fault), except
+a NaN gradient set to come back (faults.nan_grad_times).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ class Faults:
     def __init__(self, faults: FaultsSection) -> None:
         self.config = faults
         self.fired: set[str] = set()
+        self.nan_grads = 0  # passes through nan_grad_at_step that got the NaN
         self._step = 0  # the 1-based step being computed, for the OOM hook
 
     @property
@@ -40,6 +42,13 @@ class Faults:
         if at is None or step != at or name in self.fired:
             return False
         self.fired.add(name)
+        return True
+
+    def _due_nan_grad(self, step: int) -> bool:
+        if step != self.config.nan_grad_at_step or self.nan_grads >= self.config.nan_grad_times:
+            return False
+        self.nan_grads += 1
+        self.fired.add("nan_grad")
         return True
 
     def attach(self, model: torch.nn.Module) -> None:
@@ -111,7 +120,7 @@ class Faults:
     @torch.no_grad()
     def after_backward(self, step: int, model: nn.Module) -> None:
         """After step `step`'s backward: its gradients drilled as configured."""
-        nan_grad, grad_spike = self._due("nan_grad", step), self._due("grad_spike", step)
+        nan_grad, grad_spike = self._due_nan_grad(step), self._due("grad_spike", step)
         if not (nan_grad or grad_spike):
             return  # the common case: no parameter walk on the host between backward and step
         grads = [p.grad for p in model.parameters() if p.grad is not None]

@@ -16,9 +16,13 @@ def _check(ok: bool, message: str) -> None:
 @dataclass(frozen=True)
 class FaultsSection:
     """Conditions injected into a real run, for tests and drills. Steps are 1-based optimizer steps
-    (the "step" of metrics.jsonl); None = off. Each fault fires once per process."""
+    (the "step" of metrics.jsonl); None = off. Each fault fires once per process (nan_grad:
+    nan_grad_times)."""
 
     nan_grad_at_step: int | None = None  # one gradient element set to NaN after backward
+    # passes through nan_grad_at_step that get the NaN: 1 = a one-off; more = a NaN that comes
+    # back each time a rollback replays the step, up to this many times
+    nan_grad_times: int = 1
     loss_spike_at_step: int | None = None  # that batch's targets replaced by random tokens
     grad_spike_at_step: int | None = None  # gradients multiplied by grad_spike_factor
     grad_spike_factor: float = 1000.0
@@ -45,6 +49,9 @@ class FaultsSection:
             value = getattr(self, f.name)
             if f.name.endswith("_at_step") and value is not None:
                 _check(value >= 1, f"faults.{f.name} = {value} must be >= 1")
+        _check(
+            self.nan_grad_times >= 1, f"faults.nan_grad_times = {self.nan_grad_times} must be >= 1"
+        )
         _check(self.oom_max_micro_batch >= 1, "faults.oom_max_micro_batch must be >= 1")
         _check(self.dead_experts >= 1, f"faults.dead_experts = {self.dead_experts} must be >= 1")
         for f in fields(self):

@@ -92,11 +92,15 @@ class RollbackSettings(KindSettings):
     scale: float = 0.5
     repeat_within: int = 100
     first_scale: float = 1.0
+    # a NaN after this many rollbacks within repeat_within steps stops the run with an error:
+    # one the replays do not get past would otherwise roll back, halving the lr, for ever
+    max_rollbacks: int = 5
 
     def __post_init__(self) -> None:
         super().__post_init__()
         _check(self.first_scale > 0.0, f"first_scale = {self.first_scale} must be > 0")
         _check(self.repeat_within >= 0, f"repeat_within = {self.repeat_within} must be >= 0")
+        _check(self.max_rollbacks >= 1, f"max_rollbacks = {self.max_rollbacks} must be >= 1")
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ import math
 from typing import TYPE_CHECKING
 
 from ats_train.checkpoint import checkpoint_step
+from ats_train.errors import DivergedError
 from ats_train.orchestrator.base import (
     ANY_TIME,
     Change,
@@ -56,8 +57,10 @@ class Rollback(Intervention):
     """NaN / inf: this step's loss or grad norm is not finite. Action: reload the latest checkpoint
     (model, optimizer, loader, RNG, knobs; the decision history is kept); when the previous
     rollback was at most `repeat_within` steps before, lr_scale x `scale`, else x `first_scale`
-    (1: a one-off NaN replays at the same lr; one that comes back replays slower). Without a checkpoint there is
-    nothing to roll back to and the guard does not fire."""
+    (1: a one-off NaN replays at the same lr; one that comes back replays slower). After
+    `max_rollbacks` rollbacks within `repeat_within` steps a NaN raises DivergedError instead: the
+    replays do not get past it. Without a checkpoint there is nothing to roll back to and the guard
+    does not fire."""
 
     name = "rollback"
     action = "reload the latest checkpoint, lr_scale x factor"
@@ -78,12 +81,22 @@ class Rollback(Intervention):
         assert path is not None  # check() found it
         before_step, before_scale = run.step, orch.lr_scale
         step = evidence.records[-1]["step"]
-        repeat = any(
-            d["kind"] == self.name
+        recent = [
+            d
+            for d in orch.history
+            if d["kind"] == self.name
             and d["applied"]
             and step - d["step"] <= self.settings.repeat_within
-            for d in orch.history
-        )
+        ]
+        if len(recent) >= self.settings.max_rollbacks:
+            raise DivergedError(
+                f"non-finite loss or grad norm at step {step} after {len(recent)} rollbacks "
+                f"within orchestrator.rollback.repeat_within = {self.settings.repeat_within} "
+                f"steps (orchestrator.rollback.max_rollbacks = {self.settings.max_rollbacks}), "
+                f"the last to {path.name} at lr_scale {orch.lr_scale:g}: the run does not get "
+                "past it (each rollback is in decisions.jsonl)"
+            )
+        repeat = bool(recent)
         keep = orch.state_dict()
         run.apply(RollbackTo(path))  # restores the checkpoint's orchestrator state: put ours back
         orch.load_state_dict(keep)  # and decisions.jsonl rewritten to it
