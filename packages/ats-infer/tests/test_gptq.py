@@ -160,6 +160,7 @@ def test_bad_input_leaves_nothing(dense_dir, calib_dir, tmp_path) -> None:
     cases = [
         (dict(calib=str(tmp_path / "nope.txt")), "nope.txt"),
         (dict(calib=str(calib_dir), n_samples=100000), "100000 needed"),
+        (dict(calib=str(calib_dir), n_samples=4, max_samples=3), "max samples = 3 must be >= "),
         (dict(calib=str(calib_dir), bits=4, group_size=128), "not divisible by group_size 128"),
         (dict(calib=str(calib_dir), bits=4, group_size=16), "group_size = 16"),
         (dict(calib=str(calib_dir), bits=8, group_size=32), "int8 is per output channel"),
@@ -201,7 +202,12 @@ def test_cli(dense_dir, calib_dir, tmp_path) -> None:
     assert json.loads((tmp_path / "g" / "quantization.json").read_text())["method"] == "gptq"
     for args, message in [
         (["--method", "gptq", "--bits", "8"], "--method gptq needs --calib"),
-        (["--bits", "8", "--calib", calib_dir], "--calib and --act-order are for --method gptq"),
+        (["--bits", "8", "--calib", calib_dir], "--calib-max-samples and --act-order are for"),
+        (["--bits", "8", "--calib-max-samples", "8"], "are for --method gptq, not rtn"),
+        (
+            ["--method", "gptq", "--bits", "8", "--calib", calib_dir, "--calib-max-samples", "2"],
+            "calibration max samples = 2 must be >= calibration samples = 128",
+        ),
     ]:
         bad = run(*args, "--out", tmp_path / "x")
         assert bad.returncode == 1 and message in bad.stderr and "Traceback" not in bad.stderr
