@@ -7,9 +7,13 @@ in which blocks 0..i-1 already hold their quantized weights; then the untied out
 Embeddings, norms, routers and MoD predictors stay float32.
 
 MoE: each expert's w1/w3 Hessian comes from the tokens routed to it and its w2 Hessian from its
-hidden activations on those tokens. An expert routed fewer calibration tokens than its input
-width (too few for a full-rank Hessian, typically a rarely chosen expert) is calibrated on every
-token entering its layer instead, as if routed to it; the number of such experts is logged.
+hidden activations on those tokens. A top-k router sends an expert about k/E of the tokens, so on
+the windows a dense layer is calibrated on, an expert's Hessian would rest on E/k times fewer
+rows: an MoE block reads further windows until every expert has been routed as many tokens as a
+dense layer sees, up to a cap (default n_samples * E / k windows: enough for an expert of average
+load). An expert still routed fewer tokens than its widest matrix has inputs (too few for a
+full-rank Hessian, typically a rarely chosen expert) is calibrated on every token entering its
+layer instead, as if routed to it; windows per block and such experts are logged.
 MoD and hybrid blocks are calibrated on the tokens their routers select, as they run.
 """
 
