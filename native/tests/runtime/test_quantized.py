@@ -427,7 +427,7 @@ def test_gptq_logits_match_activation_quantized_reference(
     source = open_model_dir(directory)
     gen = torch.Generator().manual_seed(7)
     calib = torch.randint(0, model.config.vocab_size, (4, 32), generator=gen)
-    results = gptq_model(copy.deepcopy(model), set(source.matrices), calib, bits, group)
+    results, _ = gptq_model(copy.deepcopy(model), set(source.matrices), calib, bits, group)
     spec = quant_spec(bits, group, list(source.matrices), "gptq")
     qdir = write_quantized_dir(source, tmp_path / "q", spec, lambda n, w: results[n], False)
     ids = torch.randint(0, model.config.vocab_size, (4, 12), generator=gen)

@@ -3,6 +3,8 @@ transcription of the paper's column-by-column OBS update on a small layer, RTN a
 Hessian case, lower layer error than RTN, and whole directories: quality on a trained model, MoE,
 hybrid, refusals."""
 
+import copy
+import dataclasses
 import json
 import sysconfig
 from pathlib import Path
@@ -11,9 +13,10 @@ import numpy as np
 import pytest
 import torch
 from ats_infer.gptq import gptq_quantize
-from ats_infer.gptq_model import gptq_model_dir
+from ats_infer.gptq_model import BATCH, gptq_model, gptq_model_dir
 from ats_infer.quantize import dequantize_tensors, quantize_int4, quantize_int8, quantize_model_dir
 from ats_infer.tensor_files import load_tensors
+from ats_model import build_model, presets
 
 QMAX, QMIN = {8: 127, 4: 7}, {8: -127, 4: -8}
 
@@ -157,6 +160,7 @@ def test_bad_input_leaves_nothing(dense_dir, calib_dir, tmp_path) -> None:
     cases = [
         (dict(calib=str(tmp_path / "nope.txt")), "nope.txt"),
         (dict(calib=str(calib_dir), n_samples=100000), "100000 needed"),
+        (dict(calib=str(calib_dir), n_samples=4, max_samples=3), "max samples = 3 must be >= "),
         (dict(calib=str(calib_dir), bits=4, group_size=128), "not divisible by group_size 128"),
         (dict(calib=str(calib_dir), bits=4, group_size=16), "group_size = 16"),
         (dict(calib=str(calib_dir), bits=8, group_size=32), "int8 is per output channel"),
@@ -198,10 +202,86 @@ def test_cli(dense_dir, calib_dir, tmp_path) -> None:
     assert json.loads((tmp_path / "g" / "quantization.json").read_text())["method"] == "gptq"
     for args, message in [
         (["--method", "gptq", "--bits", "8"], "--method gptq needs --calib"),
-        (["--bits", "8", "--calib", calib_dir], "--calib and --act-order are for --method gptq"),
+        (["--bits", "8", "--calib", calib_dir], "--calib-max-samples and --act-order are for"),
+        (["--bits", "8", "--calib-max-samples", "8"], "are for --method gptq, not rtn"),
+        (
+            ["--method", "gptq", "--bits", "8", "--calib", calib_dir, "--calib-max-samples", "2"],
+            "calibration max samples = 2 must be >= calibration samples = 128",
+        ),
     ]:
         bad = run(*args, "--out", tmp_path / "x")
         assert bad.returncode == 1 and message in bad.stderr and "Traceback" not in bad.stderr
         assert not (tmp_path / "x").exists()
     usage = run("--help")
     assert "{rtn,gptq,quanto}" in usage.stdout
+
+
+def one_block_moe(expert_bias: list[float]) -> tuple[torch.nn.Module, set[str]]:
+    """A 1-block tiny-moe model whose router is steered by hand through expert_bias (it shifts
+    the top-k choice only: +10 always chosen, -10 never) and its GPTQ-able matrices."""
+    torch.manual_seed(0)
+    config = dataclasses.replace(presets.get("tiny-moe"), n_layer=1)
+    model = build_model(config, kernels="reference").eval()
+    model.layers[0].ffn.expert_bias.copy_(torch.tensor(expert_bias))
+    matrices = {
+        n
+        for n, p in model.named_parameters()
+        if p.dim() >= 2 and "emb" not in n and "router" not in n
+    }
+    return model, matrices
+
+
+def routed_inputs(model: torch.nn.Module, ids: torch.Tensor) -> tuple[list, list]:
+    """Per forward of BATCH windows: the MoE FFN's input rows (N, C) and the experts' (x_sorted,
+    per_expert), as the float model routes them."""
+    ffn, layer_in, routed = model.layers[0].ffn, [], []
+    handles = [
+        ffn.register_forward_pre_hook(
+            lambda m, a: layer_in.append(a[0].reshape(-1, a[0].shape[-1]))
+        ),
+        ffn.experts.register_forward_pre_hook(lambda m, a: routed.append((a[0], a[1]))),
+    ]
+    with torch.no_grad():
+        for b in range(0, ids.shape[0], BATCH):
+            model(ids[b : b + BATCH])
+    for h in handles:
+        h.remove()
+    return layer_in, routed
+
+
+def test_moe_block_reads_windows_until_every_expert_has_its_rows() -> None:
+    model, matrices = one_block_moe([10.0] + [0.0] * 7)  # expert 0 takes every first choice
+    ids = torch.randint(0, 512, (5 * BATCH, 16), generator=torch.Generator().manual_seed(1))
+    _, routed = routed_inputs(model, ids)
+    cum = torch.stack([per_expert for _, per_expert in routed]).cumsum(0)  # (forwards, E)
+    fewest = cum.min(1).values.tolist()  # fewest tokens routed to one expert, per forward
+    rows = fewest[2]  # reached after 3 forwards of BATCH windows
+    assert rows > fewest[0] and cum[-1, 0] == ids.numel()  # the router does as steered
+    for expert_rows in [0, rows, fewest[-1] + 1]:
+        reached = [n for n in range(1, 6) if fewest[n - 1] >= expert_rows]
+        expected = BATCH * (reached[0] if reached else 5)
+        _, used = gptq_model(
+            copy.deepcopy(model), matrices, ids, 8, None, n_samples=BATCH, expert_rows=expert_rows
+        )
+        assert used == {"layers.0.": expected}, (expert_rows, fewest)
+
+
+def test_expert_hessian_from_its_routed_tokens_or_its_layers() -> None:
+    """Expert 0's Hessian comes from the tokens routed to it; expert 7, never chosen, stands in
+    with every token entering the layer."""
+    model, matrices = one_block_moe([0.0] * 7 + [-10.0])
+    ids = torch.randint(0, 512, (4 * BATCH, 16), generator=torch.Generator().manual_seed(2))
+    layer_in, routed = routed_inputs(model, ids)
+    h_all = torch.zeros(64, 64, dtype=torch.float64)
+    h_0, rows_0 = torch.zeros_like(h_all), 0
+    for x, (x_sorted, per_expert) in zip(layer_in, routed, strict=True):
+        h_all += x.double().T @ x.double()
+        x_0 = x_sorted[: per_expert[0]].double()
+        h_0, rows_0 = h_0 + x_0.T @ x_0, rows_0 + x_0.shape[0]
+    assert all(per_expert[7] == 0 for _, per_expert in routed) and rows_0 >= 64
+    out, _ = gptq_model(copy.deepcopy(model), matrices, ids, 8, None)
+    w1 = model.layers[0].ffn.experts.w1
+    for e, hessian in [(0, h_0 * (2.0 / rows_0)), (7, h_all * (2.0 / ids.numel()))]:
+        codes, scale = gptq_quantize(w1[e], hessian, 8, None)
+        assert np.array_equal(out["layers.0.ffn.experts.w1"][0][e], codes.numpy()), e
+        assert np.array_equal(out["layers.0.ffn.experts.w1"][1][e], scale.numpy()), e

@@ -5,6 +5,7 @@
     ats-infer canary verify MODEL_DIR --pairs FILE [--engine ...] [--json]
     ats-infer quantize MODEL_DIR --bits 8|4 [--group-size 32|64|128] --out DIR [--force]
                        [--method rtn|gptq|quanto] [--calib FILE|stdlib] [--calib-samples N]
+                       [--calib-max-samples N] [--act-order]
     ats-infer export-gguf MODEL_DIR --out FILE [--outtype f32|f16|q8_0|q4_0] [--force]
     ats-infer serve MODEL_DIR [--host H] [--port P] [--slots N] [--api-key-file F] ... (serve extra)
     ats-infer eval-ppl MODEL_DIR --data FILE|stdlib [--engine ...] [--seq-len N] [--json]
@@ -91,6 +92,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     quant.add_argument("--calib", help="gptq: calibration text (file, folder, glob or stdlib)")
     quant.add_argument("--calib-samples", type=int, default=128, help="gptq: windows of 256")
+    quant.add_argument(
+        "--calib-max-samples",
+        type=int,
+        help="gptq, MoE: windows an MoE block may read until each expert has been routed "
+        "--calib-samples windows' tokens (default: --calib-samples * experts / top-k)",
+    )
     quant.add_argument("--act-order", action="store_true", help="gptq: columns by Hessian")
 
     export = commands.add_parser("export-gguf", help="write a GGUF file llama.cpp can run")
@@ -174,8 +181,11 @@ def _quantize(args: argparse.Namespace) -> None:
     group_size = args.group_size
     if args.bits == 4 and group_size is None and args.method != "quanto":
         raise ValueError("--bits 4 needs --group-size (32, 64 or 128)")
-    if args.method != "gptq" and (args.calib is not None or args.act_order):
-        raise ValueError(f"--calib and --act-order are for --method gptq, not {args.method}")
+    gptq_only = args.calib is not None or args.calib_max_samples is not None or args.act_order
+    if args.method != "gptq" and gptq_only:
+        raise ValueError(
+            f"--calib, --calib-max-samples and --act-order are for --method gptq, not {args.method}"
+        )
     if args.method == "rtn":
         out = quantize_model_dir(args.model_dir, args.out, args.bits, group_size, force=args.force)
     elif args.method == "quanto":
@@ -196,6 +206,7 @@ def _quantize(args: argparse.Namespace) -> None:
             group_size,
             args.calib,
             n_samples=args.calib_samples,
+            max_samples=args.calib_max_samples,
             act_order=args.act_order,
             force=args.force,
         )

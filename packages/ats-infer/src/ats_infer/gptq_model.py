@@ -7,13 +7,18 @@ in which blocks 0..i-1 already hold their quantized weights; then the untied out
 Embeddings, norms, routers and MoD predictors stay float32.
 
 MoE: each expert's w1/w3 Hessian comes from the tokens routed to it and its w2 Hessian from its
-hidden activations on those tokens. An expert routed fewer calibration tokens than its input
-width (too few for a full-rank Hessian, typically a rarely chosen expert) is calibrated on every
-token entering its layer instead, as if routed to it; the number of such experts is logged.
+hidden activations on those tokens. A top-k router sends an expert about k/E of the tokens, so on
+the windows a dense layer is calibrated on, an expert's Hessian would rest on E/k times fewer
+rows: an MoE block reads further windows until every expert has been routed as many tokens as a
+dense layer sees, up to a cap (default n_samples * E / k windows: enough for an expert of average
+load). An expert still routed fewer tokens than its widest matrix has inputs (too few for a
+full-rank Hessian, typically a rarely chosen expert) is calibrated on every token entering its
+layer instead, as if routed to it; windows per block and such experts are logged.
 MoD and hybrid blocks are calibrated on the tokens their routers select, as they run.
 """
 
 import logging
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -54,15 +59,17 @@ class _Hessian:
 
 
 class _ExpertsHessians:
-    """Per-expert Hessians of one MoE layer's stacked experts (w1/w3 share their input)."""
+    """Per-expert Hessians of one MoE layer's stacked experts (w1/w3 share their input): from the
+    tokens routed to each expert, and, for the experts in `stand_in`, from every token entering
+    the layer."""
 
     def __init__(self, experts: nn.Module) -> None:
         self.experts = experts
         E, F, C = experts.w1.shape
+        self.width = max(C, F)  # inputs of the widest expert matrix: rows for a full-rank Hessian
         self.routed_in = [_Hessian(C) for _ in range(E)]
         self.routed_hidden = [_Hessian(F) for _ in range(E)]
-        self.all_in = _Hessian(C)
-        self.all_hidden = [_Hessian(F) for _ in range(E)]
+        self.stand_in: dict[int, tuple[_Hessian, _Hessian]] = {}
 
     def hidden(self, e: int, x: torch.Tensor) -> torch.Tensor:
         w1, w3 = self.experts.w1[e], self.experts.w3[e]
@@ -70,9 +77,9 @@ class _ExpertsHessians:
 
     def add_layer_input(self, x: torch.Tensor) -> None:
         flat = x.reshape(-1, x.shape[-1])  # (N, C): every token entering the MoE FFN
-        self.all_in.add(flat)
-        for e, h in enumerate(self.all_hidden):
-            h.add(self.hidden(e, flat))
+        for e, (h_in, h_hidden) in self.stand_in.items():
+            h_in.add(flat)
+            h_hidden.add(self.hidden(e, flat))
 
     def add_routed(self, x_sorted: torch.Tensor, per_expert: torch.Tensor) -> None:
         start = 0
@@ -83,19 +90,42 @@ class _ExpertsHessians:
                 self.routed_in[e].add(rows)
                 self.routed_hidden[e].add(self.hidden(e, rows))
 
-    def for_expert(self, e: int) -> tuple[torch.Tensor, torch.Tensor, bool]:
-        """(input Hessian, hidden Hessian, whether the layer's tokens stood in)."""
-        if self.routed_in[e].rows < self.routed_in[e].sum.shape[0]:
-            return self.all_in.value, self.all_hidden[e].value, True
-        return self.routed_in[e].value, self.routed_hidden[e].value, False
+    def fewest_routed(self) -> int:
+        return min(h.rows for h in self.routed_in)
+
+    def short(self) -> list[int]:
+        """Experts routed fewer tokens than their widest matrix has inputs."""
+        return [e for e, h in enumerate(self.routed_in) if h.rows < self.width]
+
+    def for_expert(self, e: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(input Hessian, hidden Hessian)."""
+        if e in self.stand_in:
+            h_in, h_hidden = self.stand_in[e]
+            return h_in.value, h_hidden.value
+        return self.routed_in[e].value, self.routed_hidden[e].value
 
 
-def _calibrate(model: nn.Module, ids: torch.Tensor, hooks: list) -> None:
+class _BlockDone(Exception):
+    """Raised after the block being calibrated: the blocks after it need not run."""
+
+
+def _stop(module: nn.Module, args: tuple, output: object) -> None:
+    raise _BlockDone
+
+
+def _calibrate(model: nn.Module, ids: torch.Tensor, hooks: list, last: nn.Module | None) -> None:
+    """Forward windows ids (N, T) through `model` with `hooks` set, up to module `last` (None:
+    the whole model)."""
     handles = [module.register_forward_pre_hook(fn) for module, fn in hooks]
+    if last is not None:
+        handles.append(last.register_forward_hook(_stop))
     try:
         with torch.no_grad():
             for b in range(0, ids.shape[0], BATCH):
-                model(ids[b : b + BATCH])
+                try:
+                    model(ids[b : b + BATCH])
+                except _BlockDone:
+                    pass
     finally:
         for handle in handles:
             handle.remove()
@@ -120,11 +150,18 @@ def gptq_model(
     bits: int,
     group_size: int | None,
     act_order: bool = False,
-) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """GPTQ every matmul weight named in `matrices` of ats-model `model` on calibration windows
-    ids (N, T), block by block; the model's weights become the dequantized ones. Returns
-    {name: (N.q, N.scale)}."""
+    *,
+    n_samples: int | None = None,
+    expert_rows: int = 0,
+) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], dict[str, int]]:
+    """GPTQ every matmul weight named in `matrices` of ats-model `model` block by block; the
+    model's weights become the dequantized ones. Calibration windows ids (N, T): the first
+    `n_samples` (default all N) calibrate every block; a block with experts reads on through ids,
+    BATCH windows at a time, until each of its experts has been routed `expert_rows` tokens or ids
+    runs out. Returns ({name: (N.q, N.scale)}, {block prefix: windows it was calibrated on})."""
+    n_samples = ids.shape[0] if n_samples is None else min(n_samples, ids.shape[0])
     out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    windows: dict[str, int] = {}
     stand_ins = 0
     prefixes = [f"layers.{i}." for i in range(len(model.layers))] + ["output"]
     modules = dict(model.named_modules())
@@ -132,6 +169,7 @@ def gptq_model(
         linears: dict[str, _Hessian] = {}
         experts: dict[str, _ExpertsHessians] = {}
         hooks: list[tuple[nn.Module, Callable]] = []
+        layer_hooks: list[tuple[nn.Module, Callable]] = []  # every token entering an MoE FFN
         for name, module in modules.items():
             if not (name.startswith(prefix) or name == prefix):
                 continue
@@ -141,11 +179,26 @@ def gptq_model(
             elif name + ".w1" in matrices:  # ats_model.layers.moe.Experts
                 eh = experts[name] = _ExpertsHessians(module)
                 moe_ffn = modules[name.rsplit(".", 1)[0]]
-                hooks.append((moe_ffn, lambda m, args, eh=eh: eh.add_layer_input(args[0])))
                 hooks.append((module, lambda m, args, eh=eh: eh.add_routed(args[0], args[1])))
+                layer_hooks.append((moe_ffn, lambda m, args, eh=eh: eh.add_layer_input(args[0])))
         if not hooks:
             continue
-        _calibrate(model, ids, hooks)
+        last = None if prefix == "output" else modules[prefix[:-1]]
+        used = n_samples
+        _calibrate(model, ids[:used], hooks, last)
+        while experts and used < ids.shape[0]:
+            if min(eh.fewest_routed() for eh in experts.values()) >= expert_rows:
+                break
+            _calibrate(model, ids[used : used + BATCH], hooks, last)
+            used = min(used + BATCH, ids.shape[0])
+        windows[prefix] = used
+        short = {name: eh.short() for name, eh in experts.items()}
+        if any(short.values()):  # a second pass, on the same windows, for the stand-ins
+            for name, eh in experts.items():
+                C, F = eh.routed_in[0].sum.shape[0], eh.routed_hidden[0].sum.shape[0]
+                eh.stand_in = {e: (_Hessian(C), _Hessian(F)) for e in short[name]}
+                stand_ins += len(short[name])
+            _calibrate(model, ids[:used], layer_hooks, last)
         with torch.no_grad():
             for name, h in linears.items():
                 weight = modules[name].weight
@@ -156,8 +209,7 @@ def gptq_model(
                 module = modules[name]
                 results = {"w1": [], "w3": [], "w2": []}
                 for e in range(module.w1.shape[0]):
-                    h_in, h_hidden, stood_in = eh.for_expert(e)
-                    stand_ins += stood_in
+                    h_in, h_hidden = eh.for_expert(e)
                     for key, h in (("w1", h_in), ("w3", h_in), ("w2", h_hidden)):
                         results[key].append(
                             _quantize_matrix(
@@ -170,6 +222,13 @@ def gptq_model(
                         np.stack([s for _, s, _ in per_expert]),
                     )
                     getattr(module, key).copy_(torch.stack([d for _, _, d in per_expert]))
+        if experts:
+            log.info(
+                "gptq: %s calibrated on %d windows; fewest tokens routed to one expert: %d",
+                prefix[:-1],
+                used,
+                min(eh.fewest_routed() for eh in experts.values()),
+            )
     if stand_ins:
         log.info(
             "gptq: %d expert(s) had fewer routed calibration tokens than inputs and were "
@@ -179,7 +238,17 @@ def gptq_model(
     missing = matrices - out.keys()
     if missing:
         raise RuntimeError(f"gptq: no calibration input reached {sorted(missing)}")
-    return out
+    return out, windows
+
+
+def expert_windows(config: dict, n_samples: int) -> int:
+    """The calibration windows an MoE model may read: n_samples * n_experts / top_k, so that an
+    expert of average load is routed as many tokens as a dense layer sees in n_samples windows
+    (a top-k router sends each expert about k / E of the tokens). n_samples without experts."""
+    moe = config.get("moe")
+    if moe is None:
+        return n_samples
+    return math.ceil(n_samples * moe["n_experts"] / moe["top_k"])
 
 
 def gptq_model_dir(
@@ -190,6 +259,7 @@ def gptq_model_dir(
     calib: str,
     *,
     n_samples: int = 128,
+    max_samples: int | None = None,
     seq_len: int = 256,
     act_order: bool = False,
     val_fraction: float = DEFAULT_VAL_FRACTION,
@@ -197,13 +267,21 @@ def gptq_model_dir(
 ) -> Path:
     """Write the GPTQ-quantized copy of float model directory `src` as the new directory `out`,
     calibrated on `n_samples` windows of `seq_len` tokens of the "train" documents of `calib`
-    (a path or "stdlib"). Everything is checked before the model is loaded."""
+    (a path or "stdlib"). An MoE block reads further windows, up to `max_samples` in all
+    (default expert_windows()), until each expert has been routed n_samples * seq_len tokens,
+    as many as a dense layer sees. Everything is checked before the model is loaded."""
     model_dir = open_model_dir(src)
     check_quantizable(model_dir, bits, group_size)
     out = Path(out)
     check_output(out, [model_dir.path, *model_dir.files()], "directory", force)
     if n_samples < 1:
         raise ValueError(f"calibration samples = {n_samples} must be >= 1")
+    if max_samples is None:
+        max_samples = expert_windows(model_dir.config, n_samples)
+    if max_samples < n_samples:
+        raise ValueError(
+            f"calibration max samples = {max_samples} must be >= calibration samples = {n_samples}"
+        )
     max_seq_len = model_dir.config["max_seq_len"]
     seq_len = min(seq_len, max_seq_len)
     tokenizer_path = model_dir.path / TOKENIZER_FILE
@@ -211,7 +289,7 @@ def gptq_model_dir(
         raise FileNotFoundError(f"{src}: no {TOKENIZER_FILE} to tokenize the calibration text with")
     tokenizer = Tokenizer.load(tokenizer_path)
     documents = split_documents(calib, "train", val_fraction)
-    windows = token_windows(tokenizer, documents, seq_len, n_samples * seq_len)
+    windows = token_windows(tokenizer, documents, seq_len, max_samples * seq_len)
     if windows.ids.shape[0] < n_samples:
         raise ValueError(
             f"calibration text {calib} holds {windows.ids.shape[0]} windows of {seq_len} tokens "
@@ -222,12 +300,23 @@ def gptq_model_dir(
         {k: torch.from_numpy(np.array(v)) for k, v in model_dir.tensors().items()}
     )
     ids = torch.from_numpy(windows.ids[:, :-1])
-    results = gptq_model(model, set(model_dir.matrices), ids, bits, group_size, act_order)
+    results, used = gptq_model(
+        model,
+        set(model_dir.matrices),
+        ids,
+        bits,
+        group_size,
+        act_order,
+        n_samples=n_samples,
+        expert_rows=n_samples * seq_len,
+    )
     spec = quant_spec(bits, group_size, list(model_dir.matrices), "gptq")
     spec["calibration"] = {
         "source": str(calib),
         "samples": n_samples,
+        "max_samples": max_samples,
         "seq_len": seq_len,
         "act_order": act_order,
+        "windows_per_block": used,
     }
     return write_quantized_dir(model_dir, out, spec, lambda name, w: results[name], force)
