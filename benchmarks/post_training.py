@@ -70,7 +70,7 @@ SMOKE = Scale(2, {"dim": 64, "n_layer": 2, "n_head": 4, "n_kv_head": 2, "ffn_dim
 CPU = Scale(2, {"dim": 128, "n_layer": 4, "n_head": 4, "n_kv_head": 2, "ffn_dim": 384}, 128,
             4000, 200, 800, 200, 40, 60, 32, 16, 8)  # fmt: skip
 FULL = Scale(3, {"dim": 384, "n_layer": 6, "n_head": 6, "n_kv_head": 2, "ffn_dim": 1024}, 128,
-             20000, 500, 1000, 600, 200, 200, 64, 32, 8)  # fmt: skip
+             20000, 500, 2000, 600, 200, 200, 64, 32, 8)  # fmt: skip
 
 
 SCALES = {"smoke": SMOKE, "cpu": CPU, "full": FULL}
