@@ -43,9 +43,10 @@ PACK_ROWS = 4
 HELDOUT_SHARE = 0.1  # of all (a, b) pairs
 NAMES = ["Ada", "Ben", "Cleo", "Dev", "Eli", "Fay", "Gus", "Hana"]
 ITEMS = ["apples", "coins", "stamps", "marbles", "books", "shells"]
-# GPT-4's pattern with one digit per pre-token (as Llama and DeepSeek split digits): BPE on
-# `\p{N}{1,3}` makes "345" one token and "346" two, and a small model then has no consistent
-# place-value units to add in; with one token per digit it learns the carry.
+# GPT-4's pattern with one digit per pre-token (as Llama and DeepSeek split digits). BPE on
+# `\p{N}{1,3}` makes a few 3-digit numbers one token and most two ("34" + "5"), and splits a
+# 4-digit sum from the left ("102" + "3"): digits of one place value land in different tokens
+# and a small model has no consistent units to add in.
 DIGIT_PATTERN = GPT4_PATTERN.replace(r"\p{N}{1,3}", r"\p{N}")
 
 
