@@ -1,14 +1,83 @@
-"""benchmarks/post_training.py --smoke runs the whole pipeline on CPU (pretrain -> SFT -> GRPO,
-DPO) and reports every number; the accuracy goals are for its --device cuda scale."""
+"""benchmarks/post_training.py: its held-out split and digit tokenizer, and --scale smoke running
+the whole pipeline on CPU (pretrain -> SFT -> GRPO, DPO) reporting every number; the accuracy
+goals are for its --device cuda scale."""
 
+import importlib.util
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from ats_tokenizer import Tokenizer
+from ats_tokenizer.chat import CHAT_SPECIAL_TOKENS
 
 ROOT = Path(__file__).resolve().parents[4]
+
+
+def _benchmark():
+    spec = importlib.util.spec_from_file_location(
+        "post_training", ROOT / "benchmarks" / "post_training.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["post_training"] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def _operands(answer: str) -> frozenset[int]:
+    a, b = re.match(r"(\d+) [-+] (\d+) = ", answer).groups()
+    return frozenset((int(a), int(b)))
+
+
+def test_heldout_pairs_never_train_and_cover_every_units_digit_pair() -> None:
+    bench = _benchmark()
+    train, heldout = bench.make_problems(bench.SCALES["cpu"], seed=0)
+    train_pairs = {_operands(a) for _, a, _ in train}
+    heldout_pairs = {_operands(a) for _, a, _ in heldout}
+    assert not train_pairs & heldout_pairs  # unordered: b + a is the same pair as a + b
+    # the rule itself, over all 2-digit pairs: about its share held out, symmetric, and every
+    # units-digit combination on both sides (the held-out set tests unseen pairs, not unseen
+    # digit facts)
+    pairs = [(a, b) for a in range(10, 100) for b in range(10, 100)]
+    held = [p for p in pairs if bench.held_out(*p)]
+    assert abs(len(held) / len(pairs) - bench.HELDOUT_SHARE) < 0.02
+    assert all(bench.held_out(b, a) for a, b in held)
+    units = {(a % 10, b % 10) for a, b in held}
+    assert (
+        units
+        == {(a % 10, b % 10) for a, b in set(pairs) - set(held)}
+        == {(i, j) for i in range(10) for j in range(10)}
+    )
+
+
+def test_digit_tokenizer_gives_one_token_per_digit_through_save_and_load(tmp_path: Path) -> None:
+    bench = _benchmark()
+    train, _ = bench.make_problems(bench.SCALES["smoke"], seed=0)
+    text = "\n\n".join(f"{q}\n{a}" for q, a, _ in train)
+    tok = Tokenizer.train(iter([text]), 512, special_tokens=CHAT_SPECIAL_TOKENS,
+                          pattern=bench.DIGIT_PATTERN)  # fmt: skip
+    tok.save(tmp_path / "tokenizer.json")
+    loaded = Tokenizer.load(tmp_path / "tokenizer.json")
+    assert loaded.pattern == bench.DIGIT_PATTERN
+    ids = loaded.encode_ordinary("345 + 346 = 691")
+    assert [loaded.decode([i]) for i in ids] == [
+        "3",
+        "4",
+        "5",
+        " +",
+        " ",
+        "3",
+        "4",
+        "6",
+        " =",
+        " ",
+        "6",
+        "9",
+        "1",
+    ]
+    assert loaded.encode_ordinary(text) == tok.encode_ordinary(text)
 
 
 @pytest.mark.slow
@@ -16,7 +85,7 @@ def test_smoke_pipeline_reports_every_number(tmp_path: Path) -> None:
     work = tmp_path / "bench"
     script = ROOT / "benchmarks" / "post_training.py"
     proc = subprocess.run(
-        [sys.executable, str(script), "--smoke", "--work", str(work)],
+        [sys.executable, str(script), "--scale", "smoke", "--work", str(work)],
         capture_output=True, text=True, timeout=1800,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
