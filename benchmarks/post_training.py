@@ -274,9 +274,6 @@ def main(argv: list[str] | None = None) -> dict:
         "grpo.rewards": '["exact_match","answer_format"]', "grpo.reward_weights": "[1.0,0.2]",
         "grpo.loss_type": "dr_grpo", "grpo.scale": "none",
         "optim.lr": 2e-4, "optim.min_lr": 2e-4, "optim.warmup_steps": 0, "optim.weight_decay": 0.0,
-        # GRPO's loss is an advantage-weighted log-prob around 0, not a quantity that falls: the
-        # orchestrator's trend kinds (lr_cut on a "rising" loss) would act on noise
-        "orchestrator.mode": "off",
     })  # fmt: skip
     run(["dpo", "--run-dir", str(work / "dpo")], {
         **post, "model.init_from": sft_dir, "data.source": dpo_file, "dpo.beta": 0.1,

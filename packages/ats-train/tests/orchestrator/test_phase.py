@@ -59,3 +59,30 @@ def test_with_overlap_host_a_change_lands_one_step_later(run, only) -> None:
     # the orchestrator's measurements travel with each step: the same numbers, one step late
     for a, b in zip(sync.train_records[:s], overlap.train_records[:s], strict=True):
         assert (a["param_norm"], a["update_ratio"]) == (b["param_norm"], b["update_ratio"])
+
+
+class Settings:
+    """The run settings _in_phase reads (the RunHandle protocol's `setting`)."""
+
+    def __init__(self, objective: str) -> None:
+        self.values = {"optim.warmup_steps": 10, "train.objective": objective}
+
+    def setting(self, key: str) -> object:
+        return self.values[key]
+
+
+def test_trend_kinds_do_not_judge_a_grpo_loss() -> None:
+    """GRPO's loss is an advantage-weighted log-prob around 0: a "rise" or "plateau" in it says
+    nothing about the run (on the H200 lr_cut halved a GRPO run's lr on such noise). Past the
+    warmup, with evaluations, the trend kinds judge a pretraining or DPO run and not a GRPO one;
+    the kinds that judge any time still do."""
+    from ats_train.orchestrator.orchestrator import Orchestrator
+    from ats_train.orchestrator.settings import OrchestratorSection
+
+    orch = Orchestrator(OrchestratorSection())
+    orch.eval_means.extend([4.0] * orch.config.min_evaluations)
+    lr_cut, grad_clip = orch.kinds["lr_cut"], orch.kinds["grad_clip"]
+    for objective in ("pretrain", "sft", "dpo"):
+        assert orch._in_phase(lr_cut, Settings(objective), step=50)
+    assert not orch._in_phase(lr_cut, Settings("grpo"), step=50)
+    assert orch._in_phase(grad_clip, Settings("grpo"), step=50)

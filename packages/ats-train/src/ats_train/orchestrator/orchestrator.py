@@ -30,7 +30,13 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from ats_train.orchestrator.base import AFTER_WARMUP, ANY_TIME, Evidence, Intervention
+from ats_train.orchestrator.base import (
+    AFTER_EVALUATIONS,
+    AFTER_WARMUP,
+    ANY_TIME,
+    Evidence,
+    Intervention,
+)
 from ats_train.orchestrator.decisions import DecisionLog
 from ats_train.orchestrator.kinds import KINDS
 from ats_train.orchestrator.settings import OrchestratorSection
@@ -269,9 +275,13 @@ class Orchestrator:
     def _in_phase(self, kind: Intervention, run: RunHandle, step: int) -> bool:
         """Whether the run is far enough along for `kind` (its phase, base.py): trend kinds judge
         neither the LR warmup (the loss falls fast, then flattens as the lr peaks) nor before
-        min_evaluations window means exist after it."""
+        min_evaluations window means exist after it; nor a GRPO run, whose loss is an
+        advantage-weighted log-prob around 0 that neither falls with progress nor rises with
+        divergence (its rewards say how the run goes)."""
         if kind.phase == ANY_TIME:
             return True
+        if kind.phase == AFTER_EVALUATIONS and run.setting("train.objective") == "grpo":
+            return False
         if step <= run.setting("optim.warmup_steps"):
             return False
         return kind.phase == AFTER_WARMUP or len(self.eval_means) >= self.config.min_evaluations
