@@ -1,21 +1,35 @@
-"""The ats-data command in real subprocesses: prepare + info, and one-line errors with a
-non-zero exit on bad input."""
+"""The ats-data command: prepare + info, and one-line errors with a non-zero exit on bad input. The
+cases call cli.main in this process (the same parser, messages and exit codes, without an
+interpreter start per call); test_help runs the real `python -m ats_data.cli`."""
 
+import contextlib
+import io
 import subprocess
 import sys
+from dataclasses import dataclass
 
 import pytest
+from ats_data.cli import main
 from ats_data.dataset import ShardDataset
 from ats_data.sources import open_source
 
 
-def ats_data(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "ats_data.cli", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def ats_data(*args: object) -> Result:
+    """What `ats-data ARGS` exits with and prints (argparse's SystemExit is the exit status)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as exit_:
+            code = exit_.code
+    return Result(code, out.getvalue(), err.getvalue())
 
 
 @pytest.fixture(scope="module")
@@ -54,12 +68,14 @@ def test_prepare_then_info(prepared):
 
 
 def test_help():
-    result = ats_data("prepare", "--help")
+    """The installed module as a process."""
+    command = [sys.executable, "-m", "ats_data.cli", "prepare", "--help"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0
     assert "--val-fraction" in result.stdout and "--workers" in result.stdout
 
 
-def assert_one_line_error(result: subprocess.CompletedProcess, pattern: str) -> None:
+def assert_one_line_error(result: Result, pattern: str) -> None:
     assert result.returncode == 1
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
@@ -139,7 +155,8 @@ def test_bad_tokenizer_and_json_inputs_are_one_line(tokenizer_path, tmp_path):
 def test_val_fraction_zero_is_the_documented_way_to_skip_validation(tokenizer_path, tmp_path):
     src = tmp_path / "one.txt"
     src.write_text("a single paragraph", encoding="utf-8")
-    prep = ["prepare", "--source", src, "--tokenizer", tokenizer_path]
+    # one tokenizer process: a pool of spawned workers is prepared's own (the module fixture)
+    prep = ["prepare", "--source", src, "--tokenizer", tokenizer_path, "--workers", "1"]
     result = ats_data(*prep, "--out", tmp_path / "a")
     assert_one_line_error(result, "or a larger val_fraction")
     assert "val_fraction=0" not in result.stderr

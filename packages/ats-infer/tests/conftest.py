@@ -1,7 +1,7 @@
 """Shared fixtures: a byte-level BPE tokenizer and small ATS model directories built from the Python
 standard library's own source files (no network, nothing shipped), and `oracle`: the torch
 reference (ats-model's eval forward over any float state dict, e.g. the one a quantized directory
-stands for) with perplexity and top-1 agreement.
+stands for) with perplexity and top-1 agreement; `ats_infer`: the CLI's main run in this process.
 
 `trained_dense_dir` is a tiny dense model trained for 120 CPU steps so that its predictions mean
 something (held-out perplexity ~65, against 512 for a uniform guess): quantization quality is
@@ -9,8 +9,12 @@ measured on it, never on random weights, whose near-uniform outputs hide errors.
 """
 
 import dataclasses
+import io
+import logging
 import math
+import sys
 import sysconfig
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -136,3 +140,38 @@ def oracle() -> SimpleNamespace:
     return SimpleNamespace(
         torch_logits=torch_logits, perplexity=perplexity, top1_agreement=top1_agreement
     )
+
+
+@dataclasses.dataclass
+class CliResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def ats_infer(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> Callable[..., CliResult]:
+    """ats_infer(*args, stdin="") -> what `ats-infer ARGS` exits with and prints, run by cli.main
+    in this process with `stdin` as its standard input (argparse's SystemExit is the exit status;
+    main's logging handler and torch's thread count are put back afterwards)."""
+    import torch
+    from ats_infer.cli import main
+
+    def run(*args: object, stdin: str = "") -> CliResult:
+        logger = logging.getLogger("ats_infer")
+        handlers, threads = list(logger.handlers), torch.get_num_threads()
+        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+        capsys.readouterr()
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as exit_:
+            code = exit_.code
+        finally:
+            logger.handlers[:] = handlers
+            torch.set_num_threads(threads)
+        out = capsys.readouterr()
+        return CliResult(code, out.out, out.err)
+
+    return run

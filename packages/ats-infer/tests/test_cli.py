@@ -3,49 +3,15 @@ this process (the same parser, handlers and exit codes, without an interpreter s
 test_entry_point runs the real `python -m ats_infer.cli` for the exit statuses it returns."""
 
 import json
-import logging
 import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import pytest
-import torch
-from ats_infer.cli import main
 
 
-@dataclass
-class Result:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-@pytest.fixture
-def ats_infer(capsys: pytest.CaptureFixture[str]) -> Callable[..., Result]:
-    """ats_infer(*args) -> what `ats-infer ARGS` exits with and prints (argparse's SystemExit is
-    the exit status; main's logging handler and torch's thread count are put back afterwards)."""
-
-    def run(*args: object) -> Result:
-        logger = logging.getLogger("ats_infer")
-        handlers, threads = list(logger.handlers), torch.get_num_threads()
-        capsys.readouterr()
-        try:
-            code = main([str(a) for a in args])
-        except SystemExit as exit_:
-            code = exit_.code
-        finally:
-            logger.handlers[:] = handlers
-            torch.set_num_threads(threads)
-        out = capsys.readouterr()
-        return Result(code, out.out, out.err)
-
-    return run
-
-
-def assert_one_line_error(result: Result, message: str) -> None:
+def assert_one_line_error(result, message: str) -> None:
     assert result.returncode == 1, result.stderr
     lines = result.stderr.strip().splitlines()
     assert lines[-1].startswith("ats-infer: error:") and message in lines[-1], result.stderr

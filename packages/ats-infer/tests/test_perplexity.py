@@ -105,14 +105,9 @@ def test_engines_match_the_torch_reference(trained_dense_dir, corpus, oracle) ->
         assert result["ppl"] < 200  # the fixture learned: far below 512 for a uniform guess
 
 
-def test_cli_json_and_errors(trained_dense_dir, corpus, tmp_path) -> None:
+def test_cli_json_and_errors(trained_dense_dir, corpus, tmp_path, ats_infer) -> None:
     def run(*args):
-        return subprocess.run(
-            [sys.executable, "-m", "ats_infer.cli", "eval-ppl", *map(str, args)],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        return ats_infer("eval-ppl", *args)  # cli.main in this process
 
     ok = run(
         trained_dense_dir, "--data", corpus, "--val-fraction", "0.2", "--seq-len", "64", "--json"

@@ -1,10 +1,10 @@
-"""`ats-infer chat`, driven through stdin in a subprocess: every reply is the greedy continuation of
-the ChatML history (built here by hand from the messages, decoded with ats-model's generate), /reset
-forgets it, /exit quits; a tokenizer without the ChatML tokens is refused in one line."""
+"""`ats-infer chat`, driven through its standard input (cli.main in this process: conftest's
+`ats_infer`; test_cli.py's test_entry_point runs the real process): every reply is the greedy
+continuation of the ChatML history (built here by hand from the messages, decoded with ats-model's
+generate), /reset forgets it, /exit quits; a tokenizer without the ChatML tokens is refused in one
+line."""
 
 import dataclasses
-import subprocess
-import sys
 import sysconfig
 from pathlib import Path
 
@@ -51,12 +51,10 @@ def _greedy_reply(model_dir: Path, messages: list[dict]) -> str:
     return tok.decode(new)
 
 
-def _chat(model_dir: Path, stdin: str, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "ats_infer.cli", "chat", str(model_dir), "--temperature", "0",
-         "--max-new-tokens", str(MAX_NEW), *extra],
-        input=stdin, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+def _chat(ats_infer, model_dir: Path, stdin: str, *extra: str):  # noqa: ANN001, ANN202
+    """`ats-infer chat MODEL_DIR` at temperature 0 with `stdin` typed in."""
+    args = ["chat", model_dir, "--temperature", "0", "--max-new-tokens", MAX_NEW, *extra]
+    return ats_infer(*args, stdin=stdin)
 
 
 def _replies(stdout: str) -> list[str]:
@@ -66,8 +64,8 @@ def _replies(stdout: str) -> list[str]:
     return [t.removeprefix("assistant> ")[:-1] for t in turns if t.startswith("assistant> ")]
 
 
-def test_chat_keeps_history_resets_and_exits(chat_dir: Path) -> None:
-    run = _chat(chat_dir, "hello there\nwhat is def\n/reset\nwhat is def\n/exit\nnever read\n",
+def test_chat_keeps_history_resets_and_exits(chat_dir: Path, ats_infer) -> None:
+    run = _chat(ats_infer, chat_dir, "hello there\nwhat is def\n/reset\nwhat is def\n/exit\nnever read\n",
                 "--engine", "torch")  # fmt: skip
     assert run.returncode == 0, run.stderr
     assert "(history cleared)" in run.stdout
@@ -80,16 +78,16 @@ def test_chat_keeps_history_resets_and_exits(chat_dir: Path) -> None:
     assert run.stdout.count("you> ") == 5  # the line after /exit is never read
 
 
-def test_chat_with_a_system_prompt_on_the_native_engine(chat_dir: Path) -> None:
-    run = _chat(chat_dir, "hi\n", "--engine", "native", "--system", "be brief")
+def test_chat_with_a_system_prompt_on_the_native_engine(chat_dir: Path, ats_infer) -> None:
+    run = _chat(ats_infer, chat_dir, "hi\n", "--engine", "native", "--system", "be brief")
     assert run.returncode == 0, run.stderr
     (reply,) = _replies(run.stdout)
     system = {"role": "system", "content": "be brief"}
     assert reply == _greedy_reply(chat_dir, [system, {"role": "user", "content": "hi"}])
 
 
-def test_a_tokenizer_without_chatml_is_refused(moe_dir: Path) -> None:
-    run = _chat(moe_dir, "hi\n", "--engine", "torch")
+def test_a_tokenizer_without_chatml_is_refused(moe_dir: Path, ats_infer) -> None:
+    run = _chat(ats_infer, moe_dir, "hi\n", "--engine", "torch")
     assert run.returncode == 1
     assert run.stderr.count("\n") == 1
     assert "has no chat special tokens ['<|im_start|>', '<|im_end|>']" in run.stderr

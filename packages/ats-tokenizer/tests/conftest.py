@@ -35,3 +35,9 @@ def trained(request, train_texts) -> Tokenizer:
         pattern=pattern,
         backend="python",
     )
+
+
+@pytest.fixture(scope="session")
+def trained_tiktoken(trained: Tokenizer):
+    """`trained` as a tiktoken Encoding (to_tiktoken), built once per pattern."""
+    return trained.to_tiktoken()

@@ -1,19 +1,52 @@
-"""CLI round trip through real subprocesses, --help, and one-line errors with a non-zero exit."""
+"""CLI round trip, --help, and one-line errors with a non-zero exit. The cases call cli.main in
+this process (the same parser, messages and exit codes, without an interpreter start per call);
+test_help runs the real `python -m ats_tokenizer.cli`."""
 
+import contextlib
+import io
 import json
+import logging
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from ats_tokenizer import Tokenizer
+from ats_tokenizer.cli import main
 from ats_tokenizer_inputs import STDLIB
 
 CLI = [sys.executable, "-m", "ats_tokenizer.cli"]
 
 
-def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([*CLI, *args], input=stdin, capture_output=True, text=True)
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run(*args: str, stdin: str | bytes = b"") -> Result:
+    """What `ats-tokenizer ARGS` exits with and prints, `stdin` its standard input; the root
+    logger starts without handlers, as in a new process, so main's logging.basicConfig writes to
+    the captured stderr."""
+    data = stdin.encode() if isinstance(stdin, str) else stdin
+    out, err = io.StringIO(), io.StringIO()
+    root = logging.getLogger()
+    handlers, level, stdin_before = root.handlers[:], root.level, sys.stdin
+    root.handlers.clear()
+    sys.stdin = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8")
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as exit_:
+                code = exit_.code
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        sys.stdin = stdin_before
+    return Result(code, out.getvalue(), err.getvalue())
 
 
 def test_train_encode_decode_round_trip(tmp_path):
@@ -33,11 +66,12 @@ def test_train_encode_decode_round_trip(tmp_path):
 
 @pytest.mark.parametrize("command", ["train", "encode", "decode"])
 def test_help(command):
-    result = run(command, "--help")
+    """The installed module as a process."""
+    result = subprocess.run([*CLI, command, "--help"], capture_output=True, text=True)
     assert result.returncode == 0 and "usage: ats-tokenizer" in result.stdout
 
 
-def _one_line_error(result: subprocess.CompletedProcess, needle: str) -> None:
+def _one_line_error(result: Result, needle: str) -> None:
     assert result.returncode != 0
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], result.stderr
@@ -97,11 +131,9 @@ def test_special_token_flags_follow_tiktoken(tmp_path):
 
 def test_text_that_is_not_utf8_is_named_as_bytes(tmp_path):
     path = _trained(tmp_path)
-    result = subprocess.run(
-        [*CLI, "encode", "--tokenizer", path], input=b"ok \xff", capture_output=True
-    )
+    result = run("encode", "--tokenizer", path, stdin=b"ok \xff")
     assert result.returncode == 2
-    assert result.stderr.decode().strip() == (
+    assert result.stderr.strip() == (
         "ats-tokenizer encode: error: stdin: not UTF-8 text (byte 0xff at offset 3)"
     )
 

@@ -21,8 +21,8 @@ def _outcome(fn):
 
 @settings(max_examples=150, deadline=None)
 @given(text=special_text, allowed=allowed_sets, guard=st.booleans())
-def test_matches_tiktoken(trained, text, allowed, guard):
-    enc = trained.to_tiktoken()
+def test_matches_tiktoken(trained, trained_tiktoken, text, allowed, guard):
+    enc = trained_tiktoken
     disallowed = "all" if guard else ()
     theirs = _outcome(
         lambda: enc.encode(text, allowed_special=allowed, disallowed_special=disallowed)

@@ -5,27 +5,19 @@ from ats_tokenizer import Tokenizer
 from ats_tokenizer_inputs import oracle_text
 from hypothesis import given, settings
 
-_encodings = {}
-
-
-def enc_of(tok: Tokenizer):
-    if id(tok) not in _encodings:
-        _encodings[id(tok)] = tok.to_tiktoken()
-    return _encodings[id(tok)]
-
 
 @settings(max_examples=150, deadline=None)
 @given(text=oracle_text)
-def test_tiktoken_encodes_identically(trained, text):
-    enc = enc_of(trained)
+def test_tiktoken_encodes_identically(trained, trained_tiktoken, text):
+    enc = trained_tiktoken
     ids = trained.encode(text, allowed_special="all")
     assert enc.encode(text, allowed_special="all") == ids
     assert enc.encode_ordinary(text) == trained.encode_ordinary(text)
     assert enc.decode(ids) == trained.decode(ids)
 
 
-def test_held_out_source_identical(trained, held_out_texts):
-    enc = enc_of(trained)
+def test_held_out_source_identical(trained, trained_tiktoken, held_out_texts):
+    enc = trained_tiktoken
     assert enc.n_vocab == trained.vocab_size
     assert enc.eot_token == trained.eos_id
     for text in held_out_texts:

@@ -1,14 +1,11 @@
 """Bad launches of ddp and fsdp2: outside torchrun (a clear error naming the missing variables,
 exit status 2), CPU offload without a GPU."""
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 from ats_train.backends import build_backend
 from ats_train.backends.process_group import TORCHRUN_ENV
+from ats_train.cli import main
 from ats_train.config import ConfigError, FSDP2Settings, ParallelSection
 from ats_train.precision import build_precision
 
@@ -25,15 +22,20 @@ def test_without_torchrun_env_names_what_is_missing(
         build_backend(ParallelSection(backend=backend), cpu, build_precision("fp32", cpu))
 
 
-def test_cli_without_torchrun_exits_2_with_one_line(overrides, tmp_path) -> None:  # noqa: ANN001
-    env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_ENV}
-    args = ["--run-dir", str(tmp_path), *overrides(parallel__backend="ddp")]
-    proc = subprocess.run(
-        [sys.executable, "-m", "ats_train.cli", *args], env=env, capture_output=True, text=True
-    )
-    assert proc.returncode == 2
-    assert proc.stderr.startswith("ats-train train: error: parallel.backend = 'ddp' needs")
-    assert proc.stderr.count("\n") == 1
+def test_cli_without_torchrun_exits_2_with_one_line(
+    overrides,  # noqa: ANN001
+    tmp_path,  # noqa: ANN001
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """In process, as test_cli.py runs the CLI (the distributed tests run its real entry point)."""
+    for key in TORCHRUN_ENV:
+        monkeypatch.delenv(key, raising=False)
+    capsys.readouterr()
+    assert main(["--run-dir", str(tmp_path), *overrides(parallel__backend="ddp")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ats-train train: error: parallel.backend = 'ddp' needs")
+    assert err.count("\n") == 1
 
 
 def test_fsdp2_cpu_offload_on_cpu_is_refused() -> None:
