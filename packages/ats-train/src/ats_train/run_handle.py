@@ -60,6 +60,11 @@ class TrainerRunHandle:
         section, name = key.split(".")
         return getattr(getattr(self._trainer.config, section), name)
 
+    @property
+    def loss_tracks_progress(self) -> bool:
+        objective = self._trainer.objective
+        return objective is None or objective.loss_tracks_progress
+
     def weight_decays(self) -> list[float]:
         return [g["weight_decay"] for g in self._trainer.optimizer.param_groups]
 

@@ -61,11 +61,14 @@ def test_with_overlap_host_a_change_lands_one_step_later(run, only) -> None:
         assert (a["param_norm"], a["update_ratio"]) == (b["param_norm"], b["update_ratio"])
 
 
-class Settings:
-    """The run settings _in_phase reads (the RunHandle protocol's `setting`)."""
 
-    def __init__(self, objective: str) -> None:
-        self.values = {"optim.warmup_steps": 10, "train.objective": objective}
+class Run:
+    """What _in_phase reads of a run (the RunHandle protocol): its settings and whether its
+    objective's loss tracks progress, taken from the objective classes themselves."""
+
+    def __init__(self, objective: type | None) -> None:
+        self.values = {"optim.warmup_steps": 10}
+        self.loss_tracks_progress = objective is None or objective.loss_tracks_progress
 
     def setting(self, key: str) -> object:
         return self.values[key]
@@ -74,15 +77,18 @@ class Settings:
 def test_trend_kinds_do_not_judge_a_grpo_loss() -> None:
     """GRPO's loss is an advantage-weighted log-prob around 0: a "rise" or "plateau" in it says
     nothing about the run (on the H200 lr_cut halved a GRPO run's lr on such noise). Past the
-    warmup, with evaluations, the trend kinds judge a pretraining or DPO run and not a GRPO one;
-    the kinds that judge any time still do."""
+    warmup, with evaluations, the trend kinds judge a pretraining, SFT or DPO run and not a GRPO
+    one; the kinds that judge any time still do."""
+    from ats_train.objectives.dpo import DPOObjective
+    from ats_train.objectives.grpo import GRPOObjective
+    from ats_train.objectives.sft import SFTObjective
     from ats_train.orchestrator.orchestrator import Orchestrator
     from ats_train.orchestrator.settings import OrchestratorSection
 
     orch = Orchestrator(OrchestratorSection())
     orch.eval_means.extend([4.0] * orch.config.min_evaluations)
     lr_cut, grad_clip = orch.kinds["lr_cut"], orch.kinds["grad_clip"]
-    for objective in ("pretrain", "sft", "dpo"):
-        assert orch._in_phase(lr_cut, Settings(objective), step=50)
-    assert not orch._in_phase(lr_cut, Settings("grpo"), step=50)
-    assert orch._in_phase(grad_clip, Settings("grpo"), step=50)
+    for objective in (None, SFTObjective, DPOObjective):
+        assert orch._in_phase(lr_cut, Run(objective), step=50)
+    assert not orch._in_phase(lr_cut, Run(GRPOObjective), step=50)
+    assert orch._in_phase(grad_clip, Run(GRPOObjective), step=50)

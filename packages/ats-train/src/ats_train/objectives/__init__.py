@@ -23,6 +23,9 @@ from ats_train.objectives.rows import Rows
 
 class Objective(Protocol):
     name: str
+    # whether the loss falls as the run improves (the orchestrator's trend kinds judge it only
+    # then): SFT and DPO yes; GRPO's is an advantage-weighted log-prob around 0
+    loss_tracks_progress: bool
 
     def losses(
         self, model: nn.Module, x: Rows, y: Rows, step: int

@@ -39,6 +39,7 @@ def precompute_reference(
 
 class DPOObjective:
     name = "dpo"
+    loss_tracks_progress = True
 
     def __init__(
         self, beta: float, loss_type: str, reference: Reference | None, val_batches: list[Batch]

@@ -85,6 +85,7 @@ def rollout(
 
 class GRPOObjective:
     name = "grpo"
+    loss_tracks_progress = False
 
     def __init__(
         self,

@@ -17,6 +17,7 @@ LossParts = tuple[torch.Tensor, dict[str, torch.Tensor], dict[str, torch.Tensor]
 
 class SFTObjective:
     name = "sft"
+    loss_tracks_progress = True
 
     def __init__(self, val_batches: list[Batch]) -> None:
         self.val_batches = val_batches  # this rank's share of the val rows

@@ -58,6 +58,9 @@ class RunHandle(Protocol):
         """The run's current value of a dotted config key, e.g. "optim.grad_clip"."""
         ...
 
+    @property
+    def loss_tracks_progress(self) -> bool: ...  # False: the loss is not judged as a trend
+
     def weight_decays(self) -> list[float]:
         """weight_decay of each optimizer param group, in order."""
         ...

@@ -275,12 +275,11 @@ class Orchestrator:
     def _in_phase(self, kind: Intervention, run: RunHandle, step: int) -> bool:
         """Whether the run is far enough along for `kind` (its phase, base.py): trend kinds judge
         neither the LR warmup (the loss falls fast, then flattens as the lr peaks) nor before
-        min_evaluations window means exist after it; nor a GRPO run, whose loss is an
-        advantage-weighted log-prob around 0 that neither falls with progress nor rises with
-        divergence (its rewards say how the run goes)."""
+        min_evaluations window means exist after it; nor a loss that does not track progress
+        (GRPO's, an advantage-weighted log-prob around 0: its rewards say how the run goes)."""
         if kind.phase == ANY_TIME:
             return True
-        if kind.phase == AFTER_EVALUATIONS and run.setting("train.objective") == "grpo":
+        if kind.phase == AFTER_EVALUATIONS and not run.loss_tracks_progress:
             return False
         if step <= run.setting("optim.warmup_steps"):
             return False
