@@ -1,7 +1,8 @@
 """CUDA decode benchmark of the native runtime (`ats_native.Model(path, device="cuda")`, a build
 with ATS_CUDA=ON: native/tools/cuda_check.sh) on one GPU: batch-1 decode tokens/s of bf16, int8 and
-int4 (groups of 32) weights, against ats-model's PyTorch engine (bf16, eager) on the same GPU, and
-against the HBM roofline: weight bytes read per token / the measured device copy bandwidth (a
+int4 (groups of 32) weights, against ats-model's PyTorch engine (bf16: eager, and under
+torch.compile with CUDA graphs) and HF transformers generate() on the HF export (bf16; "not
+installed" without transformers) on the same GPU, and against the HBM roofline: weight bytes read per token / the measured device copy bandwidth (a
 torch copy of 2 GiB, bytes read + written). Batched decode: aggregate tokens/s of --batch
 sequences decoding together in one ats_native.Batch (prompts prefilled first, not timed); and
 batch-1 decode with the decode steps' CUDA graphs against without (ATS_CUDA_GRAPHS=0).
@@ -135,27 +136,73 @@ def ats_batched(model_dir: Path, prompt: list[int], batch: int, n: int) -> float
     return rates[-1]
 
 
-def torch_decode(model_dir: Path, prompt: list[int], n: int, reps: int) -> float:
-    """ats-model eager bf16 on the GPU through its KV-cache generate(); a forward hook stamps
-    the end of each forward (the first is the prefill)."""
+def decode_rate(run, n: int, reps: int) -> float:
+    """Steady decode tokens/s of run(k) (generate k new tokens, synchronized): n / (time of
+    run(n + 1) - time of run(1)), the prefill and first token cancelling; best of reps after
+    a warm-up (which, for a compiled model, also compiles and records its CUDA graphs)."""
+    import torch
+
+    def timed(k: int) -> float:
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        run(k)
+        torch.cuda.synchronize()
+        return time.perf_counter() - start
+
+    best = 0.0
+    for _ in range(reps + 1):
+        best = max(best, n / (timed(n + 1) - timed(1)))
+    return best
+
+
+def torch_decode(model_dir: Path, prompt: list[int], n: int, reps: int, compiled: bool) -> float:
+    """ats-model bf16 on the GPU through its KV-cache generate() (greedy), eager or under
+    torch.compile(mode="reduce-overhead") (CUDA graphs). Its KVCache is preallocated, but a step
+    attends over the cache sliced to the current length, so the compiled forward is dynamic in
+    that length (dynamic=True) and CUDA graph trees record one graph per length, replayed on
+    the later reps."""
     import torch
     from ats_model import generate, load_pretrained
 
     model = load_pretrained(model_dir).to(device="cuda", dtype=torch.bfloat16).eval()
+    if compiled:
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+        model.compile(mode="reduce-overhead", dynamic=True)
     ids = torch.tensor([prompt], device="cuda")
-    stamps: list[float] = []
+    return decode_rate(lambda k: generate(model, ids, k, temperature=0.0), n, reps)
 
-    def stamp(*_) -> None:
-        torch.cuda.synchronize()
-        stamps.append(time.perf_counter())
 
-    model.register_forward_hook(stamp)
-    best = 0.0
-    for _ in range(reps + 1):
-        stamps.clear()
-        generate(model, ids, n + 1, temperature=0.0)
-        best = max(best, n / (stamps[-1] - stamps[0]))
-    return best
+def hf_decode(model_dir: Path, prompt: list[int], n: int, reps: int) -> float | None:
+    """HF transformers generate() (greedy, bf16, its default dynamic cache) on the HF export of
+    the model; None when transformers is not installed."""
+    import importlib.util
+
+    if importlib.util.find_spec("transformers") is None:
+        return None
+    import torch
+    from ats_model import export_hf, load_pretrained
+    from transformers import AutoModelForCausalLM
+
+    hf_dir = model_dir.parent / f"{model_dir.name}-hf"
+    if not hf_dir.exists():
+        tmp = model_dir.parent / f"{model_dir.name}-hf.tmp"
+        export_hf(load_pretrained(model_dir), tmp)
+        os.replace(tmp, hf_dir)
+    model = AutoModelForCausalLM.from_pretrained(hf_dir, torch_dtype=torch.bfloat16).cuda().eval()
+    ids = torch.tensor([prompt], device="cuda")
+
+    def run(k: int) -> None:
+        with torch.no_grad():
+            model.generate(ids, max_new_tokens=k, min_new_tokens=k, do_sample=False)
+
+    return decode_rate(run, n, reps)
+
+
+BASELINES = {  # label -> tokens/s of the bf16 model dir (None: not installed)
+    "torch-eager-bf16": lambda d, p, n, reps: torch_decode(d, p, n, reps, compiled=False),
+    "torch-compile-bf16": lambda d, p, n, reps: torch_decode(d, p, n, reps, compiled=True),
+    "hf-generate-bf16": hf_decode,
+}
 
 
 def main() -> None:
@@ -166,7 +213,13 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32, help="sequences of the batched run")
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--cache", type=Path, default=Path("/tmp/ats-bench-cuda"))
-    parser.add_argument("--no-torch", action="store_true", help="skip the PyTorch baseline")
+    parser.add_argument(
+        "--baselines",
+        nargs="*",
+        choices=list(BASELINES),
+        default=list(BASELINES),
+        help="PyTorch baselines, measured after every model's native rows (none: skip them)",
+    )
     args = parser.parse_args()
 
     import numpy as np
@@ -177,24 +230,32 @@ def main() -> None:
     emit("device-copy-bandwidth", bandwidth / 1e9, bandwidth / 1e9, hw, "GB/s")
     prompt = np.random.default_rng(0).integers(0, 32000, args.prompt_len).tolist()
     args.cache.mkdir(parents=True, exist_ok=True)
+    rates: dict[str, dict[str, float]] = {}  # model -> scheme -> batch-1 tokens/s
     for name in args.models:
         dirs = build(args.cache, name)
         log(f"{name}: model dirs ready")
-        best_torch = 0.0
-        if not args.no_torch:
-            best_torch = torch_decode(dirs["bf16"], prompt, args.decode, args.reps)
+        rates[name] = {}
         for scheme, model_dir in dirs.items():
             bits = SCHEMES[scheme][0] if SCHEMES[scheme] else None
-            rate = ats_decode(model_dir, prompt, args.decode, args.reps)
+            rate = rates[name][scheme] = ats_decode(model_dir, prompt, args.decode, args.reps)
             roofline = bandwidth / weight_bytes(model_dir, bits)
             emit(f"{name}_{scheme}_decode-b1_vs_roofline", rate, roofline, hw)
             no_graphs = ats_decode(model_dir, prompt, args.decode, args.reps, graphs="0")
             os.environ["ATS_CUDA_GRAPHS"] = "1"
             emit(f"{name}_{scheme}_decode-b1-cuda-graphs_vs_no-graphs", rate, no_graphs, hw)
-            if best_torch:
-                emit(f"{name}_{scheme}_decode-b1_vs_torch-eager-bf16", rate, best_torch, hw)
             batched = ats_batched(model_dir, prompt, args.batch, args.decode)
             emit(f"{name}_{scheme}_decode-b{args.batch}-aggregate_vs_b1", batched, rate, hw)
+    # the baselines last: a slow compile or a failure there leaves every native row printed
+    for label in args.baselines:
+        for name in args.models:
+            base = BASELINES[label](args.cache / name, prompt, args.decode, args.reps)
+            for scheme, rate in rates[name].items():
+                row = f"{name}_{scheme}_decode-b1_vs_{label}"
+                if base is None:
+                    note = dict(name=row, ours=round(rate, 2), baseline=None, hardware=hw)
+                    print(json.dumps({**note, "note": "transformers not installed"}), flush=True)
+                else:
+                    emit(row, rate, base, hw)
 
 
 if __name__ == "__main__":

@@ -30,9 +30,11 @@ void cuda_session_free(CudaSession *cs);
 /* Marks every cache slot of sequence b invalid (ats_session_reset). */
 void cuda_session_reset(ats_session *s, int32_t b);
 
-/* session_forward (forward.h) on the GPU: same arguments, all checks done by the caller. False
- * with *err set on a CUDA error (out of memory, a failed launch). */
+/* session_forward_tokens (forward.h) on the GPU: same arguments, all checks done by the caller;
+ * with last_tokens the argmax runs on the GPU and only the ids are copied back (besides any
+ * logits asked for). False with *err set on a CUDA error (out of memory, a failed launch). */
 bool cuda_session_forward(ats_session *s, const int32_t *const *ids, const int32_t *n_new,
-                          float *last_logits, float *all_logits, std::string *err);
+                          float *last_logits, float *all_logits, int32_t *last_tokens,
+                          std::string *err);
 
 }  // namespace ats

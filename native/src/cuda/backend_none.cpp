@@ -20,7 +20,7 @@ bool cuda_session_init(ats_session *, CudaSession **, std::string *err) {
 void cuda_session_free(CudaSession *) {}
 void cuda_session_reset(ats_session *, int32_t) {}
 bool cuda_session_forward(ats_session *, const int32_t *const *, const int32_t *, float *, float *,
-                          std::string *err) {
+                          int32_t *, std::string *err) {
     *err = "no CUDA backend in this build";
     return false;
 }

@@ -32,25 +32,45 @@ struct GpuQAct {
     float *d;
 };
 
-/* y (N, w.rows) = x (N, w.cols) @ W^T: fp32 x for float weights, xq for quantized ones. */
+/* y (N, w.rows) = x (N, w.cols) @ W^T (+ res (N, w.rows) when res is not NULL; y may alias
+ * res): fp32 x for float weights, xq for quantized ones. */
 void gpu_matmul(const GpuWeight &w, const float *x, const GpuQAct &xq, int64_t N, float *y,
-                cudaStream_t st);
+                cudaStream_t st, const float *res = nullptr);
 /* xq = Q8_0(x) for x (N, C), C % 32 == 0. */
 void gpu_quantize(const float *x, int64_t N, int64_t C, GpuQAct xq, cudaStream_t st);
+
+/* Q8_0 of one 32-block, v = element lane of block b, called by all 32 lanes of a warp: the
+ * CPU's quantize_q8_0_scalar (d = amax / 127, q = rint(x * 127 / amax), round half to even,
+ * clamped to [-127, 127]). */
+__device__ __forceinline__ void quantize_block(float v, int64_t b, int8_t *q, float *d) {
+    float amax = fabsf(v);
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    const int c = __float2int_rn(__fmul_rn(v, inv));
+    q[b * 32 + (threadIdx.x & 31)] = (int8_t)(c < -127 ? -127 : c > 127 ? 127 : c);
+    if ((threadIdx.x & 31) == 0) d[b] = amax / 127.0f;
+}
 
 /* x (M, C) = embedding rows of tok (fp32 or bf16 table). */
 void gpu_embed(const void *table, bool bf16, const int32_t *tok, int64_t M, int64_t C, float *x,
                cudaStream_t st);
-/* y = rmsnorm(x) * w per row (sum of squares in double, as the CPU's norm_row). */
+/* y = rmsnorm(x) * w per row (sum of squares in double, as the CPU's norm_row), and xq =
+ * Q8_0(y) when xq.q is not NULL (C % 32 == 0); y does not alias x. */
 void gpu_rms_norm(const float *x, const float *w, int64_t M, int64_t C, double eps, float *y,
-                  cudaStream_t st);
+                  GpuQAct xq, cudaStream_t st);
 /* y = a + b (n elements); y may alias a. */
 void gpu_add(const float *a, const float *b, int64_t n, float *y, cudaStream_t st);
-/* g = silu(g) * u (n elements). */
-void gpu_silu_mul(float *g, const float *u, int64_t n, cudaStream_t st);
+/* y (M, F) = silu(g) * u for g, u rows of stride ld (y may alias g when ld == F), and xq =
+ * Q8_0(y) when xq.q is not NULL (F % 32 == 0). */
+void gpu_silu_mul(const float *g, const float *u, int64_t M, int64_t F, int64_t ld, float *y,
+                  GpuQAct xq, cudaStream_t st);
 /* dst row i = src row rows[i] (R rows of C). */
 void gpu_gather_rows(const float *src, const int32_t *rows, int64_t R, int64_t C, float *dst,
                      cudaStream_t st);
+
+/* out[i] = the first index of the largest of row i of x (R rows of V): logits_argmax's rule for
+ * logits without NaN. */
+void gpu_argmax_rows(const float *x, int64_t R, int64_t V, int32_t *out, cudaStream_t st);
 
 /* MoE combine: y[n] = sum_j w[n, j] * ys[slot[n, j]] (slots in choice order, -1 = dropped)
  * + shared[n] when shared is not NULL; y (M, C). */
@@ -65,16 +85,18 @@ struct GpuKV {
     int64_t max_len;
 };
 
-/* RoPE on q (M, NH*hd) and k (M, NKV*hd) at each row's position, then k/v into the cache slot
- * (seq[r], pos[r]) marked valid. */
-void gpu_rope_cache(float *q, float *k, const float *v, const float *cos_t, const float *sin_t,
+/* qkv (M, ld): each row's q (NH*hd), k (NKV*hd) and v (NKV*hd) side by side. RoPE on q in
+ * place and on k at each row's position, the rotated k and v written into the cache slot
+ * (seq[r], pos[r]), marked valid. */
+void gpu_rope_cache(float *qkv, int64_t ld, const float *cos_t, const float *sin_t,
                     const int32_t *seq, const int32_t *pos, int64_t M, int64_t NH, int64_t NKV,
                     int64_t hd, GpuKV kv, cudaStream_t st);
-/* Causal GQA attention of every row over the valid slots <= its position of its sequence:
- * out (M, NH*hd). max_pos bounds every row's position (sizes the scores in shared memory). */
-void gpu_attention(const float *q, const int32_t *seq, const int32_t *pos, int64_t M, int64_t NH,
-                   int64_t NKV, int64_t hd, int64_t max_pos, GpuKV kv, float *out,
-                   cudaStream_t st);
+/* Causal GQA attention of every row (query q + r * ld) over the valid slots <= its position
+ * of its sequence: out (M, NH*hd), and xq = Q8_0(out) when xq.q is not NULL (hd % 32 == 0).
+ * max_pos bounds every row's position (sizes the scores in shared memory). */
+void gpu_attention(const float *q, int64_t ld, const int32_t *seq, const int32_t *pos,
+                   int64_t M, int64_t NH, int64_t NKV, int64_t hd, int64_t max_pos, GpuKV kv,
+                   float *out, GpuQAct xq, cudaStream_t st);
 /* The most key slots gpu_attention takes (its scores live in shared memory). */
 int64_t gpu_attention_max_keys(int64_t hd);
 /* Marks slots [0, max_len) of sequence b invalid in every layer's validity array. */

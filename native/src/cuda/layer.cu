@@ -1,6 +1,7 @@
 /* Row-wise kernels of a block on the GPU: embedding lookup, RMSNorm, residual adds, SwiGLU's
- * gate, RoPE with the KV cache write, and causal GQA attention over the cache (one thread block
- * per (row, query head), scores in shared memory). Each mirrors its CPU counterpart in
+ * gate (quantizing their outputs for the next integer matmul), RoPE with the KV cache write,
+ * and causal GQA attention over the cache (one thread block per (row, query head), scores in
+ * shared memory). Each mirrors its CPU counterpart in
  * src/runtime (ffn.cpp norm_row, attention.cpp rope_row / softmax_values). */
 #include <math.h>
 
@@ -39,22 +40,31 @@ __device__ double block_sum(double v, double *shared) {
     return s;
 }
 
-__global__ void rms_norm(const float *x, const float *w, int64_t C, double eps, float *y) {
+/* One block per row; with xq.q set, each warp's pass over 32 consecutive elements (C % 32 == 0,
+ * THREADS % 32 == 0) is one Q8_0 block of the output. y never aliases x (__restrict__: the
+ * loads of a pass are issued together, not one store's latency apart). */
+__global__ void rms_norm(const float *__restrict__ x, const float *__restrict__ w, int64_t C,
+                         double eps, float *__restrict__ y, int8_t *__restrict__ q,
+                         float *__restrict__ d) {
     __shared__ double part[THREADS / 32];
     const int64_t r = blockIdx.x;
     const float *xr = x + r * C;
     double ss = 0.0;
+#pragma unroll 4
     for (int64_t i = threadIdx.x; i < C; i += blockDim.x) ss += (double)xr[i] * xr[i];
     ss = block_sum(ss, part);
     const float inv = (float)(1.0 / sqrt(ss / (double)C + eps));
+#pragma unroll 4
     for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
-        y[r * C + i] = __fmul_rn(__fmul_rn(xr[i], inv), w[i]);
+        const float v = __fmul_rn(__fmul_rn(xr[i], inv), w[i]);
+        y[r * C + i] = v;
+        if (q) quantize_block(v, (r * C + i) / 32, q, d);
     }
 }
 
 void gpu_rms_norm(const float *x, const float *w, int64_t M, int64_t C, double eps, float *y,
-                  cudaStream_t st) {
-    rms_norm<<<(unsigned)M, THREADS, 0, st>>>(x, w, C, eps, y);
+                  GpuQAct xq, cudaStream_t st) {
+    rms_norm<<<(unsigned)M, THREADS, 0, st>>>(x, w, C, eps, y, xq.q, xq.d);
 }
 
 __global__ void add(const float *a, const float *b, int64_t n, float *y) {
@@ -66,13 +76,66 @@ void gpu_add(const float *a, const float *b, int64_t n, float *y, cudaStream_t s
     add<<<(unsigned)((n + THREADS - 1) / THREADS), THREADS, 0, st>>>(a, b, n, y);
 }
 
-__global__ void silu_mul(float *g, const float *u, int64_t n) {
+/* One thread per output element; with q set (F % 32 == 0) a warp's 32 elements are one Q8_0
+ * block, so every lane stays to the shuffle. */
+__global__ void silu_mul(const float *g, const float *u, int64_t M, int64_t F, int64_t ld,
+                         float *y, int8_t *q, float *d) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) g[i] = __fmul_rn(__fdiv_rn(g[i], 1.0f + expf(-g[i])), u[i]);
+    const bool in = i < M * F;
+    const int64_t r = in ? i / F : 0, c = in ? i % F : 0;
+    const float gv = in ? g[r * ld + c] : 0.0f;
+    const float v = in ? __fmul_rn(__fdiv_rn(gv, 1.0f + expf(-gv)), u[r * ld + c]) : 0.0f;
+    if (in) y[i] = v;
+    if (q && i - (threadIdx.x & 31) < M * F) quantize_block(v, i / 32, q, d);
 }
 
-void gpu_silu_mul(float *g, const float *u, int64_t n, cudaStream_t st) {
-    silu_mul<<<(unsigned)((n + THREADS - 1) / THREADS), THREADS, 0, st>>>(g, u, n);
+void gpu_silu_mul(const float *g, const float *u, int64_t M, int64_t F, int64_t ld, float *y,
+                  GpuQAct xq, cudaStream_t st) {
+    silu_mul<<<(unsigned)((M * F + THREADS - 1) / THREADS), THREADS, 0, st>>>(g, u, M, F, ld, y,
+                                                                            xq.q, xq.d);
+}
+
+/* Block per row: each thread the first largest of its strided elements, then a block
+ * reduction keeping the larger value, on a tie the lower index. */
+__global__ void argmax_rows(const float *__restrict__ x, int64_t V, int32_t *out) {
+    __shared__ float wv[THREADS / 32];
+    __shared__ int32_t wi[THREADS / 32];
+    const float *xr = x + (int64_t)blockIdx.x * V;
+    float bv = -INFINITY;
+    int32_t bi = INT32_MAX;
+    for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
+        const float v = xr[i];
+        if (bi == INT32_MAX || v > bv) {
+            bv = v;
+            bi = (int32_t)i;
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int32_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (ov > bv || (ov == bv && oi < bi)) {
+            bv = ov;
+            bi = oi;
+        }
+    }
+    if ((threadIdx.x & 31) == 0) {
+        wv[threadIdx.x >> 5] = bv;
+        wi[threadIdx.x >> 5] = bi;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < (int)blockDim.x / 32; w++) {
+            if (wv[w] > bv || (wv[w] == bv && wi[w] < bi)) {
+                bv = wv[w];
+                bi = wi[w];
+            }
+        }
+        out[blockIdx.x] = bi;
+    }
+}
+
+void gpu_argmax_rows(const float *x, int64_t R, int64_t V, int32_t *out, cudaStream_t st) {
+    argmax_rows<<<(unsigned)R, THREADS, 0, st>>>(x, V, out);
 }
 
 __global__ void gather_rows(const float *src, const int32_t *rows, int64_t C, float *dst) {
@@ -103,61 +166,79 @@ void gpu_moe_combine(const float *ys, const int32_t *slot, const float *w, const
     moe_combine<<<(unsigned)M, THREADS, 0, st>>>(ys, slot, w, shared, K, C, y);
 }
 
-/* One row: rotate its NH query and NKV key heads (x*cos + rotate_half(x)*sin), then write k and
- * v into the cache slot and mark it valid. */
-__global__ void rope_cache(float *q, float *k, const float *v, const float *cos_t,
-                           const float *sin_t, const int32_t *seq, const int32_t *pos,
-                           int64_t NH, int64_t NKV, int64_t hd, GpuKV kv) {
-    const int64_t r = blockIdx.x, half = hd / 2, KV = NKV * hd;
-    const float *cs = cos_t + (int64_t)pos[r] * hd, *sn = sin_t + (int64_t)pos[r] * hd;
-    for (int64_t t = threadIdx.x; t < (NH + NKV) * half; t += blockDim.x) {
-        const int64_t h = t / half, i = t % half;
-        float *x = h < NH ? q + r * NH * hd + h * hd : k + r * KV + (h - NH) * hd;
-        const float a = x[i], b = x[i + half];
-        x[i] = __fadd_rn(__fmul_rn(a, cs[i]), __fmul_rn(-b, sn[i]));
-        x[i + half] = __fadd_rn(__fmul_rn(b, cs[i + half]), __fmul_rn(a, sn[i + half]));
-    }
-    __syncthreads();
+/* Thread t of row blockIdx.x: for t < (NH + NKV) * hd / 2 the pair (i, i + hd/2) of one query
+ * or key head rotated (x*cos + rotate_half(x)*sin; a key straight into the cache), else one
+ * element of v copied into the cache. */
+__global__ void rope_cache(float *qkv, int64_t ld, const float *cos_t, const float *sin_t,
+                           const int32_t *seq, const int32_t *pos, int64_t NH, int64_t NKV,
+                           int64_t hd, GpuKV kv) {
+    const int64_t r = blockIdx.x, half = hd / 2, KV = NKV * hd, n_rot = (NH + NKV) * half;
+    const int64_t t = (int64_t)blockIdx.y * blockDim.x + threadIdx.x;
     const int64_t slot = (int64_t)seq[r] * kv.max_len + pos[r];
-    for (int64_t i = threadIdx.x; i < KV; i += blockDim.x) {
-        kv.k[slot * KV + i] = k[r * KV + i];
-        kv.v[slot * KV + i] = v[r * KV + i];
+    float *row = qkv + r * ld;
+    if (t == 0) kv.valid[slot] = 1;
+    if (t < n_rot) {
+        const float *cs = cos_t + (int64_t)pos[r] * hd, *sn = sin_t + (int64_t)pos[r] * hd;
+        const int64_t h = t / half, i = t % half;
+        float *x = row + h * hd; /* key heads follow the query heads */
+        const float a = x[i], b = x[i + half];
+        const float ya = __fadd_rn(__fmul_rn(a, cs[i]), __fmul_rn(-b, sn[i]));
+        const float yb = __fadd_rn(__fmul_rn(b, cs[i + half]), __fmul_rn(a, sn[i + half]));
+        if (h < NH) {
+            x[i] = ya;
+            x[i + half] = yb;
+        } else {
+            float *kc = kv.k + slot * KV + (h - NH) * hd;
+            kc[i] = ya;
+            kc[i + half] = yb;
+        }
+    } else if (t < n_rot + KV) {
+        const int64_t i = t - n_rot;
+        kv.v[slot * KV + i] = row[NH * hd + KV + i];
     }
-    if (threadIdx.x == 0) kv.valid[slot] = 1;
 }
 
-void gpu_rope_cache(float *q, float *k, const float *v, const float *cos_t, const float *sin_t,
+void gpu_rope_cache(float *qkv, int64_t ld, const float *cos_t, const float *sin_t,
                     const int32_t *seq, const int32_t *pos, int64_t M, int64_t NH, int64_t NKV,
                     int64_t hd, GpuKV kv, cudaStream_t st) {
-    rope_cache<<<(unsigned)M, THREADS, 0, st>>>(q, k, v, cos_t, sin_t, seq, pos, NH, NKV, hd, kv);
+    const int64_t work = (NH + NKV) * (hd / 2) + NKV * hd;
+    const dim3 grid((unsigned)M, (unsigned)((work + THREADS - 1) / THREADS));
+    rope_cache<<<grid, THREADS, 0, st>>>(qkv, ld, cos_t, sin_t, seq, pos, NH, NKV, hd, kv);
 }
 
-static const int ATT_THREADS = 128;
+static const int ATT_THREADS = 256;
 
-/* Block (row r, query head h): scores of the valid slots <= pos (a warp per key, lanes over the
- * head dimensions), softmax (max, exp, double sum), then each thread sums p_j * v_j for its head
- * dimensions in slot order, as the CPU's axpy does. Shared memory: hd query values, then one
- * score per slot. */
-__global__ void attention(const float *q, const int32_t *seq, const int32_t *pos, int64_t NH,
-                          int64_t NKV, int64_t hd, GpuKV kv, float *out) {
+/* Threads per key group of the p @ V pass: hd when it fits the block, else the block. */
+__host__ __device__ inline int64_t att_span(int64_t hd) {
+    return hd < ATT_THREADS ? hd : ATT_THREADS;
+}
+
+/* Block (row r, query head h). Scores: one thread per key slot <= pos (a dot over the head
+ * dimensions, the query in shared memory); softmax (max, exp, double sum); then p @ V with
+ * the threads split into key groups (group g takes slots g, g + G, ...; a thread one head
+ * dimension), the G partial sums added in group order, the output quantized when oq is set.
+ * Shared memory: hd query values, G * hd partial sums, then one score per slot. */
+__global__ void attention(const float *q, int64_t ld, const int32_t *seq, const int32_t *pos,
+                          int64_t NH, int64_t NKV, int64_t hd, GpuKV kv, float *out, int8_t *oq,
+                          float *od) {
     extern __shared__ float smem[];
     __shared__ double part[ATT_THREADS / 32];
     __shared__ float fpart[ATT_THREADS / 32];
-    float *qs = smem, *sc = smem + hd;
+    const int64_t span = att_span(hd), G = ATT_THREADS / span;
+    float *qs = smem, *pv = smem + hd, *sc = pv + G * hd;
     const int64_t r = blockIdx.x, h = blockIdx.y, kvh = h / (NH / NKV), KV = NKV * hd;
     const int64_t base = (int64_t)seq[r] * kv.max_len, n = (int64_t)pos[r] + 1;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const float scale = 1.0f / sqrtf((float)hd);
-    for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = q[r * NH * hd + h * hd + d];
+    for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = q[r * ld + h * hd + d];
     __syncthreads();
-    for (int64_t j = warp; j < n; j += nw) {
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
         const float *kr = kv.k + (base + j) * KV + kvh * hd;
         float s = 0.0f;
-        for (int64_t d = lane; d < hd; d += 32) s += qs[d] * kr[d];
-        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-        if (lane == 0) sc[j] = kv.valid[base + j] ? s * scale : -INFINITY;
+#pragma unroll 8
+        for (int64_t d = 0; d < hd; d++) s = fmaf(qs[d], kr[d], s);
+        sc[j] = kv.valid[base + j] ? s * scale : -INFINITY;
     }
-    __syncthreads();
     float mx = -INFINITY;
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) mx = fmaxf(mx, sc[j]);
     for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
@@ -173,13 +254,26 @@ __global__ void attention(const float *q, const int32_t *seq, const int32_t *pos
     }
     sum = block_sum(sum, part); /* its barriers also publish sc */
     const float inv = (float)(1.0 / sum);
-    for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
-        float acc = 0.0f;
-        for (int64_t j = 0; j < n; j++) {
-            const float p = sc[j];
-            if (p != 0.0f) acc = fmaf(p * inv, kv.v[(base + j) * KV + kvh * hd + d], acc);
+    const int64_t g = threadIdx.x / span;
+    if (g < G) {
+        const float *vb = kv.v + base * KV + kvh * hd;
+        for (int64_t d = threadIdx.x % span; d < hd; d += span) {
+            float acc = 0.0f;
+#pragma unroll 4
+            for (int64_t j = g; j < n; j += G) {
+                const float p = sc[j], vv = vb[j * KV + d];
+                acc = p != 0.0f ? fmaf(p * inv, vv, acc) : acc; /* invalid slots: p == 0 */
+            }
+            pv[g * hd + d] = acc;
         }
-        out[r * NH * hd + h * hd + d] = acc;
+    }
+    __syncthreads();
+    for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
+        float acc = pv[d];
+        for (int64_t i = 1; i < G; i++) acc += pv[i * hd + d];
+        const int64_t o = r * NH * hd + h * hd + d;
+        out[o] = acc;
+        if (oq) quantize_block(acc, o / 32, oq, od); /* hd % 32 == 0: whole warps, whole blocks */
     }
 }
 
@@ -196,15 +290,17 @@ static int max_smem_bytes() {
     return bytes;
 }
 
-int64_t gpu_attention_max_keys(int64_t hd) { return max_smem_bytes() / 4 - hd; }
+static int64_t att_smem_floats(int64_t hd) { return hd + ATT_THREADS / att_span(hd) * hd; }
 
-void gpu_attention(const float *q, const int32_t *seq, const int32_t *pos, int64_t M, int64_t NH,
-                   int64_t NKV, int64_t hd, int64_t max_pos, GpuKV kv, float *out,
-                   cudaStream_t st) {
+int64_t gpu_attention_max_keys(int64_t hd) { return max_smem_bytes() / 4 - att_smem_floats(hd); }
+
+void gpu_attention(const float *q, int64_t ld, const int32_t *seq, const int32_t *pos,
+                   int64_t M, int64_t NH, int64_t NKV, int64_t hd, int64_t max_pos, GpuKV kv,
+                   float *out, GpuQAct xq, cudaStream_t st) {
     max_smem_bytes();
-    const size_t smem = (size_t)(hd + max_pos + 1) * sizeof(float);
-    attention<<<dim3((unsigned)M, (unsigned)NH), ATT_THREADS, smem, st>>>(q, seq, pos, NH, NKV,
-                                                                         hd, kv, out);
+    const size_t smem = (size_t)(att_smem_floats(hd) + max_pos + 1) * sizeof(float);
+    attention<<<dim3((unsigned)M, (unsigned)NH), ATT_THREADS, smem, st>>>(
+        q, ld, seq, pos, NH, NKV, hd, kv, out, xq.q, xq.d);
 }
 
 __global__ void clear_valid(uint8_t *valid, int64_t b, int64_t max_len) {

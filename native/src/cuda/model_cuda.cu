@@ -7,7 +7,8 @@
  *
  * Float weights stay fp32, or bf16 when every value is exactly a bfloat16 (a bf16 checkpoint:
  * lossless, half the bytes). int8 / int4 weights keep the loader's codes (int4 reordered per
- * 32-block for dp4a, scales rounded to fp16 as the CPU's packed copy). */
+ * 32-block for dp4a, scales rounded to fp16 as the CPU's packed copy). wq, wk and wv are
+ * uploaded as one matrix (rows q | k | v), as are w1 and w3 (gate | up). */
 #include <string.h>
 
 #include <algorithm>
@@ -105,6 +106,45 @@ struct Uploader {
         return copy(codes.data(), codes.size(), &g->data) &&
                copy(scale.data(), scale.size() * 2, (const void **)&g->scale4);
     }
+
+    /* Weights of one input side by side as one (sum of rows, cols) weight, so one launch reads
+     * them all (q, k, v; gate and up): the parts must share type, cols and int4 group. */
+    bool fused(const std::vector<const Weight *> &parts, const std::string &name, GpuWeight *g) {
+        const Weight &w0 = *parts[0];
+        Weight cat = w0;
+        cat.rows = 0;
+        cat.packed = nullptr;
+        for (const Weight *w : parts) {
+            if (w->type != w0.type || w->cols != w0.cols || w->group != w0.group) {
+                *err = "device 'cuda': " + name + " are fused into one matmul and need one " +
+                       "type, in-feature count and int4 group (got " +
+                       std::to_string((int)w0.type) + "/" + std::to_string(w0.cols) + "/" +
+                       std::to_string(w0.group) + " and " + std::to_string((int)w->type) + "/" +
+                       std::to_string(w->cols) + "/" + std::to_string(w->group) + ")";
+                return false;
+            }
+            cat.rows += w->rows;
+        }
+        const int64_t cols = w0.cols;
+        const int64_t n_scale = w0.type == WEIGHT_Q8   ? 1
+                                : w0.type == WEIGHT_Q4 ? cols / w0.group
+                                                       : 0; /* scales per row */
+        std::vector<float> f32, scale;
+        std::vector<int8_t> q8;
+        std::vector<uint8_t> q4;
+        for (const Weight *w : parts) {
+            const size_t n = (size_t)(w->rows * cols);
+            if (w0.type == WEIGHT_F32) f32.insert(f32.end(), w->f32, w->f32 + n);
+            if (w0.type == WEIGHT_Q8) q8.insert(q8.end(), w->q8, w->q8 + n);
+            if (w0.type == WEIGHT_Q4) q4.insert(q4.end(), w->q4, w->q4 + n / 2);
+            scale.insert(scale.end(), w->scale, w->scale + w->rows * n_scale);
+        }
+        cat.f32 = f32.data();
+        cat.q8 = q8.data();
+        cat.q4 = q4.data();
+        cat.scale = scale.data();
+        return weight(cat, name, g);
+    }
 };
 
 }  // namespace
@@ -140,13 +180,13 @@ bool cuda_model_init(const ats_model *m, CudaModel **out, std::string *err) {
         GpuLayer &G = cm->layers[(size_t)i];
         const std::string p = "layers." + std::to_string(i) + ".";
         if (!up.vec(L.attn_norm, c.dim, &G.attn_norm) || !up.vec(L.ffn_norm, c.dim, &G.ffn_norm) ||
-            !up.weight(L.wq, p + "attn.wq", &G.wq) || !up.weight(L.wk, p + "attn.wk", &G.wk) ||
-            !up.weight(L.wv, p + "attn.wv", &G.wv) || !up.weight(L.wo, p + "attn.wo", &G.wo)) {
+            !up.fused({&L.wq, &L.wk, &L.wv}, p + "attn.wq/wk/wv", &G.wqkv) ||
+            !up.weight(L.wo, p + "attn.wo", &G.wo)) {
             return false;
         }
         if (!c.has_moe) {
-            if (!up.weight(L.w1, p + "ffn.w1", &G.w1) || !up.weight(L.w2, p + "ffn.w2", &G.w2) ||
-                !up.weight(L.w3, p + "ffn.w3", &G.w3)) {
+            if (!up.fused({&L.w1, &L.w3}, p + "ffn.w1/w3", &G.w13) ||
+                !up.weight(L.w2, p + "ffn.w2", &G.w2)) {
                 return false;
             }
             continue;

@@ -19,7 +19,8 @@ namespace ats {
 
 struct GpuLayer {
     const float *attn_norm, *ffn_norm;
-    GpuWeight wq, wk, wv, wo, w1, w2, w3;    /* w1..w3: the dense FFN */
+    GpuWeight wqkv, wo;                      /* wqkv: wq | wk | wv rows (one launch) */
+    GpuWeight w13, w2;                       /* the dense FFN; w13: w1 | w3 rows */
     GpuWeight router;                        /* MoE: (E, C); routing itself runs on the host */
     std::vector<GpuWeight> ew1, ew2, ew3;    /* MoE: one per expert */
     bool has_shared = false;

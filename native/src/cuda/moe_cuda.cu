@@ -66,8 +66,8 @@ bool moe_ffn_gpu(const ats_model *m, CudaSession *cs, int64_t li, int64_t M, std
             gpu_matmul(G.ew1[(size_t)e], s.xe + r0 * C, xq, ne, s.ge + r0 * F, st);
             gpu_matmul(G.ew3[(size_t)e], s.xe + r0 * C, xq, ne, s.ue + r0 * F, st);
         }
-        gpu_silu_mul(s.ge, s.ue, n_rows * F, st);
-        if (q) gpu_quantize(s.ge, n_rows, F, GpuQAct{s.xq, s.xd}, st);
+        gpu_silu_mul(s.ge, s.ue, n_rows, F, F, s.ge,
+                     q ? GpuQAct{s.xq, s.xd} : GpuQAct{nullptr, nullptr}, st);
         for (int64_t e = 0; e < E; e++) {
             const int64_t r0 = start[(size_t)e], ne = start[(size_t)e + 1] - r0;
             if (ne == 0) continue;
@@ -78,8 +78,9 @@ bool moe_ffn_gpu(const ats_model *m, CudaSession *cs, int64_t li, int64_t M, std
     if (G.has_shared) {
         linear(G.sw1, s.hn, s, M, s.g, st);
         linear(G.sw3, s.hn, s, M, s.u, st);
-        gpu_silu_mul(s.g, s.u, M * G.sw1.rows, st);
-        linear(G.sw2, s.g, s, M, s.shared, st);
+        const int64_t S = G.sw1.rows;
+        gpu_silu_mul(s.g, s.u, M, S, S, s.g, qact_for(G.sw2, s), st);
+        gpu_matmul(G.sw2, s.g, GpuQAct{s.xq, s.xd}, M, s.shared, st);
     }
     gpu_moe_combine(s.ys, s.mslot, s.mwts, G.has_shared ? s.shared : nullptr, M, K, C, s.f, st);
     return true;

@@ -1,6 +1,7 @@
 /* The GPU side of an ats_session: per-layer KV cache and validity on the GPU, scratch that
  * grows with the largest call, one stream; and the forward pass over the new tokens of all
- * sequences (rows stacked as in forward.cpp), logits copied back to the host. A decode step (one
+ * sequences (rows stacked as in forward.cpp), logits (or, for greedy sampling, the argmax ids)
+ * copied back to the host. A decode step (one
  * token per sequence) replays a CUDA graph captured once per row count (its kernels read the
  * rows' tokens, sequences and positions from device buffers filled before each replay, and
  * attention sizes its shared memory for the session's max_len): a small model's step is
@@ -50,21 +51,25 @@ bool scratch_reserve(CudaSession *cs, const Config &c, int64_t M, int64_t R, std
                   F = std::max(c.ffn_dim, S), W = std::max({C, H, F});
     std::vector<void *> *A = &cs->scratch_allocs;
     const size_t f4 = sizeof(float);
-    return alloc(A, m * C * f4, &s.x, err) && alloc(A, m * C * f4, &s.h, err) &&
-           alloc(A, m * C * f4, &s.hn, err) && alloc(A, m * C * f4, &s.a, err) &&
-           alloc(A, m * C * f4, &s.f, err) && alloc(A, m * H * f4, &s.q, err) &&
-           alloc(A, m * KV * f4, &s.k, err) && alloc(A, m * KV * f4, &s.v, err) &&
-           alloc(A, m * H * f4, &s.att, err) && alloc(A, m * F * f4, &s.g, err) &&
-           alloc(A, m * F * f4, &s.u, err) && alloc(A, r * C * f4, &s.xs, err) &&
-           alloc(A, r * C * f4, &s.hs, err) && alloc(A, r * V * f4, &s.logits, err) &&
-           alloc(A, m * K * W, &s.xq, err) && alloc(A, m * K * W / 32 * f4, &s.xd, err) &&
-           alloc(A, m * 4, &s.tok, err) && alloc(A, m * 4, &s.seq, err) &&
-           alloc(A, m * 4, &s.pos, err) && alloc(A, m * 4, &s.out_rows, err) &&
-           alloc(A, m * E * f4, &s.rl, err) && alloc(A, m * K * C * f4, &s.xe, err) &&
-           alloc(A, m * K * F * f4, &s.ge, err) && alloc(A, m * K * F * f4, &s.ue, err) &&
-           alloc(A, m * K * C * f4, &s.ys, err) && alloc(A, m * C * f4, &s.shared, err) &&
-           alloc(A, m * K * f4, &s.mwts, err) && alloc(A, m * K * 4, &s.mrows, err) &&
-           alloc(A, m * K * 4, &s.mslot, err);
+    const bool ok =
+        alloc(A, m * C * f4, &s.x, err) && alloc(A, m * C * f4, &s.hn, err) &&
+        alloc(A, m * C * f4, &s.f, err) && alloc(A, m * (H + 2 * KV) * f4, &s.qkv, err) &&
+        alloc(A, m * H * f4, &s.att, err) && alloc(A, m * 2 * F * f4, &s.gu, err) &&
+        alloc(A, m * F * f4, &s.g, err) && alloc(A, m * F * f4, &s.u, err) &&
+        alloc(A, r * C * f4, &s.xs, err) && alloc(A, r * C * f4, &s.hs, err) &&
+        alloc(A, r * V * f4, &s.logits, err) && alloc(A, r * 4, &s.amax, err) &&
+        alloc(A, m * K * W, &s.xq, err) && alloc(A, m * K * W / 32 * f4, &s.xd, err) &&
+        alloc(A, 4 * m * 4, &s.tok, err) &&
+        alloc(A, m * E * f4, &s.rl, err) && alloc(A, m * K * C * f4, &s.xe, err) &&
+        alloc(A, m * K * F * f4, &s.ge, err) && alloc(A, m * K * F * f4, &s.ue, err) &&
+        alloc(A, m * K * C * f4, &s.ys, err) && alloc(A, m * C * f4, &s.shared, err) &&
+        alloc(A, m * K * f4, &s.mwts, err) && alloc(A, m * K * 4, &s.mrows, err) &&
+        alloc(A, m * K * 4, &s.mslot, err);
+    if (!ok) return false;
+    s.seq = s.tok + m; /* tok, seq, pos, out_rows: one buffer, one upload per call */
+    s.pos = s.tok + 2 * m;
+    s.out_rows = s.tok + 3 * m;
+    return true;
 }
 
 /* Every kernel of one forward call over the M rows in the scratch buffers (tokens, sequences,
@@ -77,35 +82,39 @@ bool run_kernels(const ats_model *m, CudaSession *cs, int64_t M, int64_t R, int6
     const int64_t C = c.dim, NH = c.n_head, NKV = c.n_kv_head, hd = c.head_dim, F = c.ffn_dim;
     const Scratch &s = cs->s;
     cudaStream_t st = cs->stream;
+    const int64_t QKV = (NH + 2 * NKV) * hd;
     gpu_embed(cm->emb, cm->emb_bf16, s.tok, M, C, s.x, st);
     for (int64_t li = 0; li < c.n_layer; li++) {
         const GpuLayer &L = cm->layers[(size_t)li];
-        gpu_rms_norm(s.x, L.attn_norm, M, C, c.norm_eps, s.hn, st);
+        const GpuKV &kv = cs->kv[(size_t)li];
         const GpuQAct xq{s.xq, s.xd};
-        if (quantized(L.wq)) gpu_quantize(s.hn, M, C, xq, st); /* once for q, k and v */
-        gpu_matmul(L.wq, s.hn, xq, M, s.q, st);
-        gpu_matmul(L.wk, s.hn, xq, M, s.k, st);
-        gpu_matmul(L.wv, s.hn, xq, M, s.v, st);
-        gpu_rope_cache(s.q, s.k, s.v, cm->cos_t, cm->sin_t, s.seq, s.pos, M, NH, NKV, hd,
-                       cs->kv[(size_t)li], st);
-        gpu_attention(s.q, s.seq, s.pos, M, NH, NKV, hd, max_pos, cs->kv[(size_t)li], s.att, st);
-        linear(L.wo, s.att, s, M, s.a, st);
-        gpu_add(s.x, s.a, M * C, s.h, st);
-        gpu_rms_norm(s.h, L.ffn_norm, M, C, c.norm_eps, s.hn, st);
-        if (c.has_moe) {
-            if (!moe_ffn_gpu(m, cs, li, M, err)) return false;
+        /* x += wo(attn(norm(x))): the norm quantizes its output once for q, k and v */
+        gpu_rms_norm(s.x, L.attn_norm, M, C, c.norm_eps, s.hn, qact_for(L.wqkv, s), st);
+        gpu_matmul(L.wqkv, s.hn, xq, M, s.qkv, st);
+        gpu_rope_cache(s.qkv, QKV, cm->cos_t, cm->sin_t, s.seq, s.pos, M, NH, NKV, hd, kv, st);
+        if (quantized(L.wo) && hd % 32 == 0) { /* attention quantizes its output for wo */
+            gpu_attention(s.qkv, QKV, s.seq, s.pos, M, NH, NKV, hd, max_pos, kv, s.att, xq, st);
+            gpu_matmul(L.wo, s.att, xq, M, s.x, st, s.x);
         } else {
-            if (quantized(L.w1)) gpu_quantize(s.hn, M, C, xq, st); /* once for w1 and w3 */
-            gpu_matmul(L.w1, s.hn, xq, M, s.g, st);
-            gpu_matmul(L.w3, s.hn, xq, M, s.u, st);
-            gpu_silu_mul(s.g, s.u, M * F, st);
-            linear(L.w2, s.g, s, M, s.f, st);
+            gpu_attention(s.qkv, QKV, s.seq, s.pos, M, NH, NKV, hd, max_pos, kv, s.att,
+                          GpuQAct{nullptr, nullptr}, st);
+            linear(L.wo, s.att, s, M, s.x, st, s.x);
         }
-        gpu_add(s.h, s.f, M * C, s.x, st);
+        /* x += w2(silu(w1 n) * w3 n), n = norm(x) */
+        if (c.has_moe) {
+            gpu_rms_norm(s.x, L.ffn_norm, M, C, c.norm_eps, s.hn, GpuQAct{nullptr, nullptr}, st);
+            if (!moe_ffn_gpu(m, cs, li, M, err)) return false;
+            gpu_add(s.x, s.f, M * C, s.x, st);
+        } else {
+            gpu_rms_norm(s.x, L.ffn_norm, M, C, c.norm_eps, s.hn, qact_for(L.w13, s), st);
+            gpu_matmul(L.w13, s.hn, xq, M, s.gu, st);
+            gpu_silu_mul(s.gu, s.gu + F, M, F, 2 * F, s.g, qact_for(L.w2, s), st);
+            gpu_matmul(L.w2, s.g, xq, M, s.x, st, s.x);
+        }
     }
     gpu_gather_rows(s.x, s.out_rows, R, C, s.xs, st);
-    gpu_rms_norm(s.xs, cm->norm, R, C, c.norm_eps, s.hs, st);
-    linear(cm->output, s.hs, s, R, s.logits, st);
+    gpu_rms_norm(s.xs, cm->norm, R, C, c.norm_eps, s.hs, qact_for(cm->output, s), st);
+    gpu_matmul(cm->output, s.hs, GpuQAct{s.xq, s.xd}, R, s.logits, st);
     return true;
 }
 
@@ -155,7 +164,8 @@ void cuda_session_reset(ats_session *sess, int32_t b) {
 }
 
 bool cuda_session_forward(ats_session *sess, const int32_t *const *ids, const int32_t *n_new,
-                          float *last_logits, float *all_logits, std::string *err) {
+                          float *last_logits, float *all_logits, int32_t *last_tokens,
+                          std::string *err) {
     const ats_model *m = sess->model;
     CudaSession *cs = sess->cuda;
     const int64_t V = m->cfg.vocab_size;
@@ -180,10 +190,13 @@ bool cuda_session_forward(ats_session *sess, const int32_t *const *ids, const in
     if (!scratch_reserve(cs, m->cfg, M, R, err)) return false;
     const Scratch &s = cs->s;
     cudaStream_t st = cs->stream;
-    CUDA_TRY(cudaMemcpyAsync(s.tok, tok.data(), M * 4, cudaMemcpyHostToDevice, st), "upload");
-    CUDA_TRY(cudaMemcpyAsync(s.seq, seq.data(), M * 4, cudaMemcpyHostToDevice, st), "upload");
-    CUDA_TRY(cudaMemcpyAsync(s.pos, pos.data(), M * 4, cudaMemcpyHostToDevice, st), "upload");
-    CUDA_TRY(cudaMemcpyAsync(s.out_rows, out_rows.data(), R * 4, cudaMemcpyHostToDevice, st),
+    std::vector<int32_t> &up = cs->upload; /* s.tok's layout: tok, seq, pos, out_rows */
+    up.assign((size_t)(4 * s.M), 0);
+    std::copy(tok.begin(), tok.end(), up.begin());
+    std::copy(seq.begin(), seq.end(), up.begin() + s.M);
+    std::copy(pos.begin(), pos.end(), up.begin() + 2 * s.M);
+    std::copy(out_rows.begin(), out_rows.end(), up.begin() + 3 * s.M);
+    CUDA_TRY(cudaMemcpyAsync(s.tok, up.data(), up.size() * 4, cudaMemcpyHostToDevice, st),
              "upload");
     const bool decode = R == M && !all_logits;
     if (decode && cs->graphs && !m->cfg.has_moe) {
@@ -208,22 +221,44 @@ bool cuda_session_forward(ats_session *sess, const int32_t *const *ids, const in
         return false;
     }
     CUDA_TRY(cudaGetLastError(), "kernel launch");
-    std::vector<float> tmp;
-    float *dst = all_logits;
-    if (!dst) {
-        tmp.resize((size_t)(R * V));
-        dst = tmp.data();
+    /* logits straight into the caller's arrays: all of them, or each sequence's last row
+     * (runs of consecutive sequences in one copy) */
+    if (all_logits) {
+        CUDA_TRY(cudaMemcpyAsync(all_logits, s.logits, (size_t)(R * V) * sizeof(float),
+                                 cudaMemcpyDeviceToHost, st),
+                 "logits download");
+    } else if (last_logits) {
+        for (int64_t i = 0; i < R;) {
+            const int32_t b0 = seq[(size_t)out_rows[(size_t)i]];
+            int64_t j = i + 1;
+            while (j < R && seq[(size_t)out_rows[(size_t)j]] == b0 + (j - i)) j++;
+            CUDA_TRY(cudaMemcpyAsync(last_logits + (int64_t)b0 * V, s.logits + i * V,
+                                     (size_t)((j - i) * V) * sizeof(float),
+                                     cudaMemcpyDeviceToHost, st),
+                     "logits download");
+            i = j;
+        }
     }
-    CUDA_TRY(cudaMemcpyAsync(dst, s.logits, (size_t)(R * V) * sizeof(float),
-                             cudaMemcpyDeviceToHost, st),
-             "logits download");
+    std::vector<int32_t> tokens;
+    if (last_tokens) { /* the greedy choices: R ids back instead of R rows of logits */
+        tokens.resize((size_t)R);
+        gpu_argmax_rows(s.logits, R, V, s.amax, st);
+        CUDA_TRY(cudaMemcpyAsync(tokens.data(), s.amax, (size_t)R * 4, cudaMemcpyDeviceToHost, st),
+                 "token download");
+    }
     CUDA_TRY(cudaStreamSynchronize(st), "forward pass");
     for (int32_t b = 0; b < sess->n_seq; b++) sess->length[(size_t)b] += n_new[b];
-    if (last_logits) {
+    for (int64_t i = 0; last_tokens && i < R; i++) {
+        const int64_t r = out_rows[(size_t)i];
+        if (r + 1 == M || seq[(size_t)(r + 1)] != seq[(size_t)r]) {
+            last_tokens[seq[(size_t)r]] = tokens[(size_t)i];
+        }
+    }
+    if (all_logits && last_logits) {
         for (int64_t i = 0; i < R; i++) {
             const int64_t r = out_rows[(size_t)i];
             if (r + 1 == M || seq[(size_t)(r + 1)] != seq[(size_t)r]) {
-                memcpy(last_logits + (int64_t)seq[(size_t)r] * V, dst + i * V,
+                memcpy(last_logits + (int64_t)seq[(size_t)r] * V, all_logits + i * V,
                        (size_t)V * sizeof(float));
             }
         }

@@ -13,10 +13,13 @@ namespace ats {
 /* Device buffers sized for M rows (and R output rows) of one forward call. */
 struct Scratch {
     int64_t M = 0, R = 0;
-    float *x, *h, *hn, *a, *f, *q, *k, *v, *att, *g, *u, *xs, *hs, *logits;
+    /* x: the residual stream (the block's adds happen in place); qkv (M, H + 2 KV): q | k | v
+     * per row; gu (M, 2F): gate | up per row; g, u: (M, F) */
+    float *x, *hn, *f, *qkv, *att, *gu, *g, *u, *xs, *hs, *logits;
     int8_t *xq; /* quantized activations: (M * max(1, top_k), max(C, H, F, shared width)) */
     float *xd;
-    int32_t *tok, *seq, *pos, *out_rows;
+    int32_t *tok, *seq, *pos, *out_rows; /* one allocation of 4 x M, in this order */
+    int32_t *amax;                       /* (R) argmax of each output row's logits */
     /* MoE: router logits (M, E); expert rows sorted by expert (M * K, C) in, their gate/up
      * (M * K, F), their outputs (M * K, C); shared experts' output (M, C); the token of each
      * sorted row, the sorted row of each (token, choice) slot (-1 dropped) and its weight */
@@ -29,6 +32,7 @@ struct CudaSession {
     std::vector<GpuKV> kv;
     std::vector<void *> cache_allocs, scratch_allocs;
     Scratch s;
+    std::vector<int32_t> upload;               /* host side of s.tok's buffer */
     bool graphs = true;                        /* decode steps replay captured graphs */
     std::map<int64_t, cudaGraphExec_t> decode; /* by row count; valid while scratch stays */
     void drop_graphs() {
@@ -45,12 +49,18 @@ struct CudaSession {
 
 inline bool quantized(const GpuWeight &w) { return w.type == GPU_Q8 || w.type == GPU_Q4; }
 
-/* y = x @ w^T, quantizing x first when w is int8 / int4. */
+/* y = x @ w^T (+ res), quantizing x first when w is int8 / int4. */
 inline void linear(const GpuWeight &w, const float *x, const Scratch &s, int64_t N, float *y,
-                   cudaStream_t st) {
+                   cudaStream_t st, const float *res = nullptr) {
     const GpuQAct xq{s.xq, s.xd};
     if (quantized(w)) gpu_quantize(x, N, w.cols, xq, st);
-    gpu_matmul(w, x, xq, N, y, st);
+    gpu_matmul(w, x, xq, N, y, st, res);
+}
+
+/* The quantized-activation buffers when w takes Q8_0 input, else none (xq.q NULL): where a
+ * kernel quantizes its own output for the next matmul. */
+inline GpuQAct qact_for(const GpuWeight &w, const Scratch &s) {
+    return quantized(w) ? GpuQAct{s.xq, s.xd} : GpuQAct{nullptr, nullptr};
 }
 
 /* The MoE FFN of layer li on the GPU: s.f (M, C) from s.hn (M, C). Routing runs on the host

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "argmax.h"
 #include "forward.h"
 
 namespace {
@@ -67,6 +68,7 @@ struct ats_batch {
     int32_t max_len;
     std::vector<Slot> slots;
     std::vector<float> logits; /* (n_slots, V) */
+    std::vector<int32_t> tokens; /* (n_slots): a greedy step's ids */
     std::vector<int32_t> scratch;
     ~ats_batch() {
         for (Slot &s : slots) slot_clear(&s);
@@ -74,6 +76,8 @@ struct ats_batch {
     }
 };
 
+using ats::sampler_takes_argmax;
+using ats::session_forward_tokens;
 using ats::set_err;
 
 extern "C" {
@@ -199,7 +203,16 @@ int ats_batch_step(ats_batch *b, int32_t prefill_budget, ats_batch_event *events
         any = any || n_new[(size_t)i] > 0;
     }
     if (!any) return 0;
-    if (ats_session_forward(b->session, ids.data(), n_new.data(), b->logits.data(), nullptr, err, err_cap) != 0) {
+    /* every busy slot greedy without logprobs: the forward pass returns the ids (on the GPU only
+     * those come back), else the logits for the samplers */
+    bool greedy = true;
+    for (const Slot &s : b->slots) {
+        if (s.busy) greedy = greedy && sampler_takes_argmax(s.sampler) && !s.req.logprobs;
+    }
+    std::vector<int32_t> &tokens = b->tokens;
+    tokens.assign((size_t)n_slots, -1);
+    if (session_forward_tokens(b->session, ids.data(), n_new.data(), greedy ? nullptr : b->logits.data(),
+                               nullptr, greedy ? tokens.data() : nullptr, err, err_cap) != 0) {
         return -1;
     }
     try {
@@ -213,7 +226,7 @@ int ats_batch_step(ats_batch *b, int32_t prefill_budget, ats_batch_event *events
             const float *row = b->logits.data() + (size_t)i * (size_t)V;
             ats_batch_event &ev = events[(*n_events)++];
             ev.slot = i;
-            ev.token = ats_sampler_sample(s.sampler, row);
+            ev.token = greedy ? tokens[(size_t)i] : ats_sampler_sample(s.sampler, row);
             ev.logprob = 0.0f;
             ev.n_top = 0;
             if (s.req.logprobs) logprobs(row, V, ev.token, s.req.top_logprobs, &ev, &b->scratch);

@@ -88,4 +88,11 @@ void set_err(char *err, size_t cap, const std::string &msg);
 void session_forward(ats_session *s, const int32_t *const *ids, const int32_t *n_new,
                      float *last_logits, float *all_logits);
 
+/* ats_session_forward (its checks included), and with last_tokens not NULL also the greedy
+ * choice (logits_argmax) of each sequence's last logits in last_tokens[b] for every b with
+ * n_new[b] > 0; last_logits may then be NULL (on the GPU only the ids come back). */
+int session_forward_tokens(ats_session *s, const int32_t *const *ids, const int32_t *n_new,
+                           float *last_logits, float *all_logits, int32_t *last_tokens, char *err,
+                           size_t err_cap);
+
 }  // namespace ats

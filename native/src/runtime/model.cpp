@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "../threads.h"
+#include "argmax.h"
 #include "forward.h"
 #include "repack.h"
 
@@ -104,6 +105,56 @@ static ats_model *model_init(const ats_model_params *p, std::string *err) {
     return m.release();
 }
 
+int session_forward_tokens(ats_session *s, const int32_t *const *ids, const int32_t *n_new,
+                           float *last_logits, float *all_logits, int32_t *last_tokens, char *err,
+                           size_t err_cap) {
+    const int64_t V = s->model->cfg.vocab_size;
+    for (int32_t b = 0; b < s->n_seq; b++) {
+        if (n_new[b] < 0) {
+            set_err(err, err_cap, "negative token count");
+            return -1;
+        }
+        if ((int64_t)s->length[(size_t)b] + n_new[b] > s->max_len) {
+            set_err(err, err_cap, "sequence " + std::to_string(b) + " would hold " +
+                                      std::to_string(s->length[(size_t)b] + n_new[b]) +
+                                      " tokens, more than the session's " + std::to_string(s->max_len) +
+                                      " (max_seq_len " + std::to_string(s->model->cfg.max_seq_len) + ")");
+            return -1;
+        }
+        for (int32_t t = 0; t < n_new[b]; t++) {
+            if (ids[b][t] < 0 || ids[b][t] >= V) {
+                set_err(err, err_cap, "token id " + std::to_string(ids[b][t]) + " at position " +
+                                          std::to_string(t) + " of sequence " + std::to_string(b) +
+                                          " is out of range [0, " + std::to_string(V) + ")");
+                return -1;
+            }
+        }
+    }
+    try {
+        if (s->cuda) {
+            std::string msg;
+            if (!cuda_session_forward(s, ids, n_new, last_logits, all_logits, last_tokens, &msg)) {
+                set_err(err, err_cap, msg);
+                return -1;
+            }
+            return 0;
+        }
+        std::vector<float> tmp;
+        if (last_tokens && !last_logits) {
+            tmp.resize((size_t)(s->n_seq * V));
+            last_logits = tmp.data();
+        }
+        session_forward(s, ids, n_new, last_logits, all_logits);
+        for (int32_t b = 0; last_tokens && b < s->n_seq; b++) {
+            if (n_new[b] > 0) last_tokens[b] = logits_argmax(last_logits + (int64_t)b * V, (int32_t)V);
+        }
+        return 0;
+    } catch (const std::bad_alloc &) {
+        set_err(err, err_cap, "out of memory in the forward pass");
+        return -1;
+    }
+}
+
 }  // namespace ats
 
 using namespace ats;
@@ -141,43 +192,7 @@ const char *ats_model_weight_format(const ats_model *m) { return m->weight_forma
 
 int ats_session_forward(ats_session *s, const int32_t *const *ids, const int32_t *n_new,
                         float *last_logits, float *all_logits, char *err, size_t err_cap) {
-    const int64_t V = s->model->cfg.vocab_size;
-    for (int32_t b = 0; b < s->n_seq; b++) {
-        if (n_new[b] < 0) {
-            set_err(err, err_cap, "negative token count");
-            return -1;
-        }
-        if ((int64_t)s->length[(size_t)b] + n_new[b] > s->max_len) {
-            set_err(err, err_cap, "sequence " + std::to_string(b) + " would hold " +
-                                      std::to_string(s->length[(size_t)b] + n_new[b]) +
-                                      " tokens, more than the session's " + std::to_string(s->max_len) +
-                                      " (max_seq_len " + std::to_string(s->model->cfg.max_seq_len) + ")");
-            return -1;
-        }
-        for (int32_t t = 0; t < n_new[b]; t++) {
-            if (ids[b][t] < 0 || ids[b][t] >= V) {
-                set_err(err, err_cap, "token id " + std::to_string(ids[b][t]) + " at position " +
-                                          std::to_string(t) + " of sequence " + std::to_string(b) +
-                                          " is out of range [0, " + std::to_string(V) + ")");
-                return -1;
-            }
-        }
-    }
-    try {
-        if (s->cuda) {
-            std::string msg;
-            if (!cuda_session_forward(s, ids, n_new, last_logits, all_logits, &msg)) {
-                set_err(err, err_cap, msg);
-                return -1;
-            }
-            return 0;
-        }
-        session_forward(s, ids, n_new, last_logits, all_logits);
-        return 0;
-    } catch (const std::bad_alloc &) {
-        set_err(err, err_cap, "out of memory in the forward pass");
-        return -1;
-    }
+    return session_forward_tokens(s, ids, n_new, last_logits, all_logits, nullptr, err, err_cap);
 }
 
 int ats_model_logits(ats_model *m, const int32_t *ids, int32_t n_seq, int32_t T, float *out,

@@ -10,6 +10,8 @@
 #include <new>
 #include <vector>
 
+#include "argmax.h"
+
 struct ats_sampler {
     ats_sampler_params p;
     int32_t vocab;
@@ -100,13 +102,7 @@ static const float *adjust(ats_sampler *s, const float *logits) {
 int32_t ats_sampler_sample(ats_sampler *s, const float *raw_logits) {
     const int32_t V = s->vocab;
     const float *logits = adjust(s, raw_logits);
-    if (s->p.temperature == 0.0f) {
-        int32_t best = 0;
-        for (int32_t i = 1; i < V; i++) {
-            if (logits[i] > logits[best]) best = i;
-        }
-        return best;
-    }
+    if (s->p.temperature == 0.0f) return ats::logits_argmax(logits, V);
     std::vector<float> &z = s->z;
     z.resize((size_t)V);
     for (int32_t i = 0; i < V; i++) z[(size_t)i] = logits[i] / s->p.temperature;
@@ -151,3 +147,20 @@ int32_t ats_sampler_sample(ats_sampler *s, const float *raw_logits) {
 }
 
 }  // extern "C"
+
+namespace ats {
+
+int32_t logits_argmax(const float *logits, int32_t V) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < V; i++) {
+        if (logits[i] > logits[best]) best = i;
+    }
+    return best;
+}
+
+bool sampler_takes_argmax(const ats_sampler *s) {
+    return s->p.temperature == 0.0f && s->bias_ids.empty() && s->p.presence_penalty == 0.0f &&
+           s->p.frequency_penalty == 0.0f;
+}
+
+}  // namespace ats

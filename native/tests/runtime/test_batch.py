@@ -114,6 +114,19 @@ def test_logprobs_match_log_softmax(native) -> None:
         assert [lp for _, lp in top] == pytest.approx(ref[order].tolist(), abs=1e-4)
 
 
+def test_greedy_ids_are_the_first_argmax_of_the_logits(native) -> None:
+    # greedy steps without logprobs take the ids from the forward pass (on the GPU only those come
+    # back); with logprobs the sampler reads the logits: both are np.argmax's (first-max) choice
+    prompt = [10, 20, 30, 40]
+    got = {}
+    for logprobs in (False, True):
+        batch = ats_native.Batch(native, 1, 64)
+        batch.start(0, prompt, 6, logprobs=logprobs)
+        got[logprobs] = tokens(run(batch)[0])
+    full = native.logits(prompt + got[False])[len(prompt) - 1 : -1]  # (6, V)
+    assert got[False] == got[True] == np.argmax(full, axis=-1).tolist()
+
+
 def test_penalties_and_bias_match_oracle(native) -> None:
     prompt = [1, 2, 3]
     presence, frequency, bias = 0.7, 1.3, {17: 2.5, 30: -100.0}

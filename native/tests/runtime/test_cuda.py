@@ -153,6 +153,30 @@ def test_several_sequences_and_reused_slots_match_alone(saved_model) -> None:
 
 
 @gpu
+def test_logits_and_greedy_id_steps_match_cpu(saved_model) -> None:
+    # with logprobs a step copies each sequence's logits back (runs of consecutive sequences in
+    # one copy; slot 1 stops early, leaving slots 0 and 2 apart); without, only the GPU's argmax
+    path = str(saved_model("tiny-dense")[1])
+    prompts, lengths = [[5, 9, 13], [200, 7], [3, 1, 4, 1, 5]], [10, 4, 10]
+
+    def run(model: ats_native.Model, logprobs: bool) -> list[list[int]]:
+        batch = ats_native.Batch(model, n_slots=3, max_len=64)
+        for slot, (prompt, n) in enumerate(zip(prompts, lengths, strict=True)):
+            batch.start(slot, prompt, n, logprobs=logprobs)
+        out: dict[int, list[int]] = {}
+        while any(batch.busy(slot) for slot in range(3)):
+            for slot, token, *_ in batch.step(0):
+                out.setdefault(slot, []).append(token)
+        return [out[slot] for slot in range(3)]
+
+    cpu = ats_native.Model(path, threads=2)
+    cuda = ats_native.Model(path, device="cuda")
+    ref = run(cpu, False)
+    assert [len(t) for t in ref] == lengths
+    assert run(cpu, True) == ref and run(cuda, True) == ref and run(cuda, False) == ref
+
+
+@gpu
 def test_bad_graphs_setting_is_a_clear_error(saved_model, monkeypatch) -> None:
     cuda = ats_native.Model(str(saved_model("tiny-dense")[1]), device="cuda")
     monkeypatch.setenv("ATS_CUDA_GRAPHS", "yes")
