@@ -41,6 +41,9 @@ from ats_train.objectives.sft import SFTObjective
 # at seq_len one example of ~50 tokens nearly fills a row and packing has nothing to pack
 PACK_ROWS = 4
 HELDOUT_SHARE = 0.1  # of all (a, b) pairs
+# generation budget of an answer: "999 + 999 = 8991 reversed. answer: 1998" is 23 digit-split
+# tokens, + <|im_end|>
+ANSWER_TOKENS = 32
 NAMES = ["Ada", "Ben", "Cleo", "Dev", "Eli", "Fay", "Gus", "Hana"]
 ITEMS = ["apples", "coins", "stamps", "marbles", "books", "shells"]
 # GPT-4's pattern with one digit per pre-token (as Llama and DeepSeek split digits). BPE on
@@ -77,15 +80,25 @@ FULL = Scale(3, {"dim": 384, "n_layer": 6, "n_head": 6, "n_kv_head": 2, "ffn_dim
 SCALES = {"smoke": SMOKE, "cpu": CPU, "full": FULL}
 
 
+def worked(expression: str, result: int) -> str:
+    """The answer the model writes: the result's digits least significant first, then the result.
+    Left to right, each reversed digit needs only its own column and the carry (or borrow) out of
+    the column written just before it, the order in which a small transformer can compute a sum
+    (Lee et al. 2023, "Teaching Arithmetic to Small Transformers": reversed outputs learn addition
+    from far fewer examples than plain ones). The last number is the true result, which
+    exact_match checks, so the worked part cannot be used to game the reward."""
+    return f"{expression} = {str(result)[::-1]} reversed. answer: {result}"
+
+
 def problem(rng: random.Random, a: int, b: int) -> tuple[str, str, int]:
     """(question, worked answer, result): an addition or subtraction word problem."""
     name, item = rng.choice(NAMES), rng.choice(ITEMS)
     if rng.random() < 0.5:
         q = f"{name} has {a} {item} and gets {b} more. How many {item} does {name} have now?"
-        return q, f"{a} + {b} = {a + b}. answer: {a + b}", a + b
+        return q, worked(f"{a} + {b}", a + b), a + b
     a, b = max(a, b), min(a, b)
     q = f"{name} has {a} {item} and gives away {b}. How many {item} are left?"
-    return q, f"{a} - {b} = {a - b}. answer: {a - b}", a - b
+    return q, worked(f"{a} - {b}", a - b), a - b
 
 
 def held_out(a: int, b: int) -> bool:
@@ -116,8 +129,9 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
 
 
 def wrong(answer: str, result: int, rng: random.Random) -> str:
-    bad = result + rng.choice([-10, -2, -1, 1, 2, 10])
-    return answer.rsplit("=", 1)[0] + f"= {bad}. answer: {bad}"
+    """The same worked answer for a nearby wrong result (never negative, so it reads the same)."""
+    bad = result + rng.choice([d for d in (-10, -2, -1, 1, 2, 10) if result + d >= 0])
+    return worked(answer.split(" = ")[0], bad)
 
 
 def run(command: list[str], overrides: dict[str, object]) -> None:
@@ -153,15 +167,19 @@ def exact_match_rate(model_dir: Path, heldout: list, device: str, max_new: int) 
 
 
 @torch.no_grad()
-def preference_accuracy(policy_dir: Path, ref_dir: Path, pairs_file: Path, device: str) -> float:
-    """Share of held-out pairs whose implicit reward (log pi - log ref) ranks chosen first."""
+def preference_accuracy(
+    policy_dir: Path, ref_dir: Path, pairs_file: Path, device: str
+) -> tuple[float, float]:
+    """(share of held-out pairs whose implicit reward (log pi - log ref) ranks chosen first,
+    share of ties). A tie is no preference and counts against accuracy: all ties means the policy
+    never left the reference (every DPO update skipped, as non-finite gradients do)."""
     tok = Tokenizer.load(policy_dir / "tokenizer.json")
     lines = pairs_file.read_text().splitlines()
     pairs = [
         dpo_pair(tok, Record(f"{pairs_file}:{i + 1}", json.loads(x))) for i, x in enumerate(lines)
     ]
     models = [load_pretrained(d, device=device).eval() for d in (policy_dir, ref_dir)]
-    wins = 0
+    wins = ties = 0
     for i in range(0, len(pairs), 32):
         x, y = pair_batch(pairs[i : i + 32], tok.eos_id, None)
         ids, mask = x["ids"].flatten(0, 1).to(device), x["attention_mask"].flatten(0, 1).to(device)
@@ -171,7 +189,8 @@ def preference_accuracy(policy_dir: Path, ref_dir: Path, pairs_file: Path, devic
         )
         reward = pol - ref  # (P, 2)
         wins += int((reward[:, 0] > reward[:, 1]).sum())
-    return wins / len(pairs)
+        ties += int((reward[:, 0] == reward[:, 1]).sum())
+    return wins / len(pairs), ties / len(pairs)
 
 
 def measure_packing(model_dir: Path, sft_file: Path, seq_len: int, device: str, rows: int) -> dict:
@@ -270,7 +289,7 @@ def main(argv: list[str] | None = None) -> dict:
     run(["grpo", "--run-dir", str(work / "grpo")], {
         **post, "model.init_from": sft_dir, "data.source": grpo_file,
         "train.steps": scale.grpo_steps, "train.batch_size": scale.grpo_batch,
-        "grpo.group_size": scale.group, "grpo.max_completion_tokens": 24,
+        "grpo.group_size": scale.group, "grpo.max_completion_tokens": ANSWER_TOKENS,
         "grpo.rewards": '["exact_match","answer_format"]', "grpo.reward_weights": "[1.0,0.2]",
         "grpo.loss_type": "dr_grpo", "grpo.scale": "none",
         "optim.lr": 2e-4, "optim.min_lr": 2e-4, "optim.warmup_steps": 0, "optim.weight_decay": 0.0,
@@ -287,19 +306,22 @@ def main(argv: list[str] | None = None) -> dict:
         "settings": asdict(scale),
         "heldout_problems": len(heldout),
         "exact_match": {
-            "pretrained": exact_match_rate(work / "pretrain" / "model", heldout, args.device, 24),
-            "sft": exact_match_rate(sft_dir, heldout, args.device, 24),
-            "grpo": exact_match_rate(work / "grpo" / "model", heldout, args.device, 24),
-            "dpo": exact_match_rate(work / "dpo" / "model", heldout, args.device, 24),
+            stage: exact_match_rate(model_dir, heldout, args.device, ANSWER_TOKENS)
+            for stage, model_dir in (
+                ("pretrained", work / "pretrain" / "model"),
+                ("sft", sft_dir),
+                ("grpo", work / "grpo" / "model"),
+                ("dpo", work / "dpo" / "model"),
+            )
         },
-        "dpo_heldout_preference_accuracy": preference_accuracy(
-            work / "dpo" / "model", sft_dir, dpo_heldout, args.device
-        ),
         "sft_packing": measure_packing(
             sft_dir, sft_file, PACK_ROWS * scale.seq_len, args.device, 8
         ),
         "train_seconds": train_s,
     }
+    accuracy, ties = preference_accuracy(work / "dpo" / "model", sft_dir, dpo_heldout, args.device)
+    report["dpo_heldout_preference_accuracy"] = accuracy
+    report["dpo_heldout_preference_ties"] = ties
     em = report["exact_match"]
     report["goals"] = {
         "grpo_gain_points": 100 * (em["grpo"] - em["sft"]),

@@ -6,6 +6,8 @@ from pathlib import Path
 import pytest
 import torch
 from ats_train.attention_backend import (
+    MASKED_ORDER,
+    AttentionBackend,
     AttentionShape,
     choose_attention_backend,
     fastest,
@@ -64,6 +66,57 @@ def test_settings_on_cpu() -> None:
     assert math.order[0] == SDPBackend.MATH and len(set(math.order)) == 4
     with pytest.raises(ConfigError, match="train.sdpa_backend = 'cudnn' cannot run"):
         choose_attention_backend("cudnn", SHAPE, CPU, _same_everywhere)
+
+
+def test_masked_runs_never_enable_cudnn() -> None:
+    """sft / dpo / grpo pass attention masks; cuDNN's masked backward can NaN (pytorch#196678)."""
+    cuda = torch.device("cuda")  # "auto" and "default" choose without touching the device
+    for setting in ("auto", "default"):
+        chosen = choose_attention_backend(setting, SHAPE, cuda, _same_everywhere, masked=True)
+        assert chosen.order == (
+            SDPBackend.FLASH_ATTENTION,
+            SDPBackend.EFFICIENT_ATTENTION,
+            SDPBackend.MATH,
+        )
+    math = choose_attention_backend("math", SHAPE, CPU, _same_everywhere, masked=True)
+    assert math.order == (
+        SDPBackend.MATH,
+        SDPBackend.FLASH_ATTENTION,
+        SDPBackend.EFFICIENT_ATTENTION,
+    )
+    with pytest.raises(ConfigError, match="cannot run a masked"):
+        choose_attention_backend("cudnn", SHAPE, cuda, _same_everywhere, masked=True)
+    # a resumed masked run whose checkpoint named cudnn gets the same refusal
+    with pytest.raises(ConfigError, match="cannot run a masked"):
+        choose_attention_backend("auto", SHAPE, cuda, _same_everywhere, saved="cudnn", masked=True)
+
+
+@pytest.mark.gpu
+def test_masked_order_gives_finite_grads_where_cudnn_nans() -> None:
+    """pytorch#196678's case: key length 64 mod 128, every logit ~ -120 (logsumexp < -88.7), an
+    explicit mask. Under the masked order the gradients are finite and match the math backend."""
+    import math as m
+
+    torch.manual_seed(0)
+    L, D = 704, 64
+    q = torch.randn(1, 1, L, D, device="cuda", dtype=torch.bfloat16) * 0.1
+    k = torch.randn(1, 1, L, D, device="cuda", dtype=torch.bfloat16) * 0.1
+    v = torch.randn(1, 1, L, D, device="cuda", dtype=torch.bfloat16)
+    q[..., 0], k[..., 0] = 1.0, -120 * m.sqrt(D)
+    mask = torch.ones(L, L, dtype=torch.bool, device="cuda").tril()[None, None]
+    grad_out = torch.randn_like(v)
+
+    def grads(order: tuple[SDPBackend, ...]) -> list[torch.Tensor]:
+        qkv = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        with AttentionBackend(order, {}).context():
+            out = torch.nn.functional.scaled_dot_product_attention(*qkv, attn_mask=mask)
+        out.backward(grad_out)
+        return [t.grad.float() for t in qkv]
+
+    masked = grads(MASKED_ORDER)
+    assert all(torch.isfinite(g).all() for g in masked)
+    for ours, ref in zip(masked, grads((SDPBackend.MATH,)), strict=True):
+        torch.testing.assert_close(ours, ref, atol=2e-2, rtol=2e-2)
 
 
 def test_config_rejects_an_unknown_backend(prepared) -> None:

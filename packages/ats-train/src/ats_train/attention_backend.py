@@ -17,6 +17,13 @@ a kernel. The backends draw dropout masks differently, so the choice is part of 
 trainer saves it in every checkpoint and a resumed "auto" run keeps it instead of measuring again
 (bitwise resume). Two fresh "auto" runs can choose differently where two backends time within noise
 of each other: name the backend for bitwise-reproducible fresh runs on the GPU.
+
+Masked runs (sft, dpo and grpo: every forward passes a padding or document mask) never enable
+cuDNN: its backward with an explicit attn_mask returns NaN in grad_q when a query row's
+logsumexp falls below -ln(FLT_MAX) ~ -88.7 and the key length is 64 mod 128 (pytorch#196678,
+trl#7181). On the H200 that NaN'd every DPO step of benchmarks/post_training.py, so the optimizer
+skipped them all and the "trained" policy stayed the reference. Their order is torch's without
+cuDNN (flash refuses masks; memory-efficient runs them), or a named backend's other than cudnn.
 """
 
 from __future__ import annotations
@@ -102,6 +109,8 @@ class AttentionBackend:
             yield
 
     def describe(self) -> str:
+        if self.order == MASKED_ORDER and not self.timings_ms:
+            return "attention: torch's order without cuDNN (masked run: pytorch#196678)"
         first = "torch's default order" if self.order is None else self.order[0].name
         measured = ", ".join(
             f"{name} {'cannot run' if ms is None else f'{ms:.3f} ms'}"
@@ -112,9 +121,13 @@ class AttentionBackend:
         return f"attention: {first}" + (f" (fwd+bwd measured: {measured})" if measured else "")
 
 
-def priority(name: str) -> tuple[SDPBackend, ...]:
+MASKED_ORDER = tuple(b for b in TORCH_ORDER if b != SDPBackend.CUDNN_ATTENTION)
+
+
+def priority(name: str, masked: bool = False) -> tuple[SDPBackend, ...]:
     first = BACKENDS[name]
-    return (first, *(b for b in TORCH_ORDER if b != first))
+    rest = MASKED_ORDER if masked else TORCH_ORDER
+    return (first, *(b for b in rest if b != first))
 
 
 def time_backend(
@@ -184,15 +197,25 @@ def choose_attention_backend(
     device: torch.device,
     mean_over_ranks: Callable[[torch.Tensor], torch.Tensor],
     saved: str | None = None,
+    masked: bool = False,
 ) -> AttentionBackend:
     """train.sdpa_backend -> the run's AttentionBackend (module docstring).
 
     mean_over_ranks (values (n,) float64 -> their mean over ranks) makes "auto" agree across
     ranks; a backend that cannot run on some rank is inf there, so it cannot win. saved: the
-    choice recorded in the checkpoint a run resumes from, which "auto" keeps."""
+    choice recorded in the checkpoint a run resumes from, which "auto" keeps. masked: the run's
+    forwards pass attention masks, so cuDNN is never enabled (module docstring)."""
     if setting == "auto" and saved is not None:
-        chosen = choose_attention_backend(saved, shape, device, mean_over_ranks)
+        chosen = choose_attention_backend(saved, shape, device, mean_over_ranks, masked=masked)
         return dataclasses.replace(chosen, resumed=True)
+    if masked and setting == "cudnn":
+        raise ConfigError(
+            "train.sdpa_backend = 'cudnn' cannot run a masked (sft, dpo, grpo) run: cuDNN's "
+            "backward with an attention mask can return NaN gradients (pytorch#196678); choose "
+            "'auto', 'default', 'flash', 'efficient' or 'math'"
+        )
+    if masked and setting in ("auto", "default") and device.type == "cuda":
+        return AttentionBackend(MASKED_ORDER, {})
     if setting == "default" or (setting == "auto" and device.type != "cuda"):
         return AttentionBackend(None, {})
     if setting != "auto":
@@ -203,7 +226,7 @@ def choose_attention_backend(
                 f"({shape.dtype}, head_dim {shape.head_dim}, dropout {shape.dropout}): choose "
                 f"another of {', '.join(BACKENDS)}, 'auto' or 'default'"
             )
-        return AttentionBackend(priority(setting), {})
+        return AttentionBackend(priority(setting, masked), {})
     local = {name: time_backend(name, shape, device) for name in MEASURED}
     return fastest(local, mean_over_ranks)
 

@@ -145,6 +145,7 @@ def _build(
         device,
         backend.all_reduce_mean_tensor,
         saved=read_trainer_state(resume_from)["attention"] if resume_from is not None else None,
+        masked=train.objective != "pretrain",  # padding / document masks on every forward
     )
     seed_everything(train.seed)
     raw_model = build_model(model_config, device=device, kernels=config.kernels)

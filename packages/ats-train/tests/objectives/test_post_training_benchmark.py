@@ -4,6 +4,7 @@ goals are for its --device cuda scale."""
 
 import importlib.util
 import json
+import random
 import re
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 from ats_tokenizer import Tokenizer
 from ats_tokenizer.chat import CHAT_SPECIAL_TOKENS
+from ats_train.objectives.rewards import answer_format, exact_match
 
 ROOT = Path(__file__).resolve().parents[4]
 
@@ -50,6 +52,27 @@ def test_heldout_pairs_never_train_and_cover_every_units_digit_pair() -> None:
         == {(a % 10, b % 10) for a, b in set(pairs) - set(held)}
         == {(i, j) for i in range(10) for j in range(10)}
     )
+
+
+def test_worked_answers_end_in_the_true_result_and_rejected_ones_in_a_wrong_one() -> None:
+    """The worked answer writes the result least significant digit first, then the result that
+    exact_match reads; a DPO rejected answer is the same worked form of a nearby wrong result."""
+    bench = _benchmark()
+    assert bench.worked("347 + 285", 632) == "347 + 285 = 236 reversed. answer: 632"
+    assert bench.worked("63 - 59", 4) == "63 - 59 = 4 reversed. answer: 4"
+    train, _ = bench.make_problems(bench.SCALES["cpu"], seed=0)
+    rng = random.Random(0)
+    answers = [a for _, a, _ in train]
+    results = [str(r) for _, _, r in train]
+    rejected = [bench.wrong(a, r, rng) for _, a, r in train]
+    assert exact_match([], answers, answer=results) == [1.0] * len(train)
+    assert exact_match([], rejected, answer=results) == [0.0] * len(train)
+    assert answer_format([], rejected) == answer_format([], answers) == [1.0] * len(train)
+    for (_, a, r), bad in zip(train, rejected, strict=True):
+        expression, rest = bad.split(" = ")
+        value = int(rest.rsplit(" ", 1)[1])
+        assert expression == a.split(" = ")[0] and value >= 0 and abs(value - r) in (1, 2, 10)
+        assert bad == bench.worked(expression, value)
 
 
 def test_digit_tokenizer_gives_one_token_per_digit_through_save_and_load(tmp_path: Path) -> None:
