@@ -1,0 +1,93 @@
+"""Compiled blocks and grad-mode changes: training steps and evaluation (no_grad) each compile once,
+and later train / eval cycles reuse those graphs instead of recompiling.
+
+Dynamo keeps one cache per code object (Block.forward), shared by every model in the process and
+limited to torch._dynamo.config.recompile_limit (8) entries; past it the blocks run eager without
+an error. A model's blocks take one entry per (grad mode, first block or not: the first block gets
+no pending residual add): 4. benchmarks/fp8.py trained bf16, tensorwise and rowwise models in one
+process, 12 entries, and the third (rowwise) ran eager at 0.31x bf16; the benchmarks now reset
+dynamo between models and fail on the limit. These tests pin the per-model count and that a
+second train / eval cycle compiles nothing. The backend is dynamo's "eager" (what is guarded and
+recompiled is decided by dynamo before any backend runs; Inductor on CPU would take minutes).
+"""
+
+import functools
+
+import pytest
+import torch
+import torch._dynamo
+from ats_model import build_model, presets
+from ats_model.layers.block import Block
+from ats_train.build import build_trainer
+from ats_train.config import TrainSection, load_config
+from ats_train.training_wrappers import apply_training_wrappers
+from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+# graphs of Block.forward a model may need: 2 grad modes x (first block, the others)
+ENTRIES_PER_MODEL = 4
+
+
+@pytest.fixture
+def eager_compile(monkeypatch: pytest.MonkeyPatch):
+    """nn.Module.compile with dynamo's eager backend, on a fresh dynamo cache, failing on any
+    hit of the recompile limit instead of running eager."""
+    monkeypatch.setattr(
+        torch.nn.Module,
+        "compile",
+        functools.partialmethod(torch.nn.Module.compile, backend="eager"),
+    )
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
+        yield
+    torch._dynamo.reset()
+
+
+def _block_entries() -> int:
+    return len(_debug_get_cache_entry_list(Block.forward.__code__))
+
+
+def test_trainer_train_and_validate_compile_once_per_grad_mode(
+    overrides, tmp_path, eager_compile
+) -> None:
+    """Trainer.train_step (grad on) and Trainer.validate (no_grad) alternate; only the first cycle
+    compiles."""
+    config = load_config(
+        None,
+        overrides(
+            model__preset="tiny-dense", train__precision="fp32", train__compile=True,
+            train__steps=4, checkpoint__every=0, train__eval_every=0,
+        ),
+    )  # fmt: skip
+    with build_trainer(config, tmp_path) as trainer:
+        trainer.train_step()
+        trainer.validate()
+        warm = _block_entries()
+        assert 2 <= warm <= ENTRIES_PER_MODEL, f"Block.forward has {warm} compiled entries"
+        with torch._dynamo.config.patch(error_on_recompile=True):
+            for _ in range(2):
+                trainer.train_step()
+                trainer.validate()
+        assert _block_entries() == warm
+
+
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+def test_fp8_blocks_compile_once_per_grad_mode(recipe: str, eager_compile) -> None:
+    """torchao's Float8Linear (its casts run under no_grad inside the block) in compiled blocks:
+    a training step and a no_grad forward compile once each, a second cycle not at all."""
+    torch.manual_seed(0)
+    model = build_model(presets.get("tiny-dense"), dtype=torch.float32, kernels="reference")
+    apply_training_wrappers(model, TrainSection(precision="fp8", fp8_recipe=recipe, compile=True))
+    x = torch.randint(0, model.config.vocab_size, (2, 32))  # (B, T)
+
+    def cycle() -> None:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            model(x, targets=x.roll(-1, dims=1)).loss.backward()
+            with torch.no_grad():
+                model(x, targets=x.roll(-1, dims=1))
+
+    cycle()
+    warm = _block_entries()
+    assert 2 <= warm <= ENTRIES_PER_MODEL, f"Block.forward has {warm} compiled entries"
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        cycle()
+    assert _block_entries() == warm
