@@ -17,7 +17,10 @@ import pytest
 import torch
 import torch._dynamo
 from ats_model import build_model, presets
+from ats_model.layers.attention import Attention
 from ats_model.layers.block import Block
+from ats_model.layers.ffn import SwiGLUFFN
+from ats_model.layers.norm import RMSNorm
 from ats_train.build import build_trainer
 from ats_train.config import TrainSection, load_config
 from ats_train.training_wrappers import apply_training_wrappers
@@ -46,15 +49,16 @@ def _block_entries() -> int:
     return len(_debug_get_cache_entry_list(Block.forward.__code__))
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_trainer_train_and_validate_compile_once_per_grad_mode(
-    overrides, tmp_path, eager_compile
+    overrides, tmp_path, eager_compile, precision: str
 ) -> None:
     """Trainer.train_step (grad on) and Trainer.validate (no_grad) alternate; only the first cycle
-    compiles."""
+    compiles (bf16: under autocast in both, as on the GPU)."""
     config = load_config(
         None,
         overrides(
-            model__preset="tiny-dense", train__precision="fp32", train__compile=True,
+            model__preset="tiny-dense", train__precision=precision, train__compile=True,
             train__steps=4, checkpoint__every=0, train__eval_every=0,
         ),
     )  # fmt: skip
@@ -91,3 +95,21 @@ def test_fp8_blocks_compile_once_per_grad_mode(recipe: str, eager_compile) -> No
     with torch._dynamo.config.patch(error_on_recompile=True):
         cycle()
     assert _block_entries() == warm
+
+
+def test_mod_model_compiles_its_plain_blocks_whole(eager_compile) -> None:
+    """A MoD model's unrouted blocks are dense blocks: one whole-block graph, shared with nothing
+    else; only the routed blocks' attention, norm and FFN compile on their own (4 graphs for a
+    training step, where compiling every block in parts took 7)."""
+    torch.manual_seed(0)
+    model = build_model(presets.get("tiny-mod"), dtype=torch.float32, kernels="reference")
+    assert [type(b).__name__ for b in model.layers] == ["Block", "MoDBlock"]
+    apply_training_wrappers(model, TrainSection(precision="fp32", compile=True))
+    x = torch.randint(0, model.config.vocab_size, (4, 64))  # (B, T)
+    out = model(x, targets=x.roll(-1, dims=1))
+    (out.loss + sum(out.aux.values())).backward()
+    counts = {
+        cls.__name__: len(_debug_get_cache_entry_list(cls.forward.__code__))
+        for cls in (Block, Attention, RMSNorm, SwiGLUFFN)
+    }
+    assert counts == {"Block": 1, "Attention": 1, "RMSNorm": 1, "SwiGLUFFN": 1}
