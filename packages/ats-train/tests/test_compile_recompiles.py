@@ -7,8 +7,9 @@ an error. A model's blocks take one entry per (grad mode, first block or not: th
 no pending residual add): 4. benchmarks/fp8.py trained bf16, tensorwise and rowwise models in one
 process, 12 entries, and the third (rowwise) ran eager at 0.31x bf16; the benchmarks now reset
 dynamo between models and fail on the limit. These tests pin the per-model count and that a
-second train / eval cycle compiles nothing. The backend is dynamo's "eager" (what is guarded and
-recompiled is decided by dynamo before any backend runs; Inductor on CPU would take minutes).
+second train / eval cycle compiles nothing. On the CPU the backend is dynamo's "eager" (what is
+guarded and recompiled is decided by dynamo before any backend runs; Inductor on CPU would take
+minutes); the gpu test runs float8 with Inductor.
 """
 
 import functools
@@ -74,17 +75,16 @@ def test_trainer_train_and_validate_compile_once_per_grad_mode(
         assert _block_entries() == warm
 
 
-@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
-def test_fp8_blocks_compile_once_per_grad_mode(recipe: str, eager_compile) -> None:
-    """torchao's Float8Linear (its casts run under no_grad inside the block) in compiled blocks:
-    a training step and a no_grad forward compile once each, a second cycle not at all."""
+def _fp8_train_eval_cycles(recipe: str, device: str) -> None:
+    """A training step and a no_grad forward of a compiled float8 tiny model, twice; the second
+    cycle must compile nothing."""
     torch.manual_seed(0)
-    model = build_model(presets.get("tiny-dense"), dtype=torch.float32, kernels="reference")
+    model = build_model(presets.get("tiny-dense"), device=torch.device(device), kernels="reference")
     apply_training_wrappers(model, TrainSection(precision="fp8", fp8_recipe=recipe, compile=True))
-    x = torch.randint(0, model.config.vocab_size, (2, 32))  # (B, T)
+    x = torch.randint(0, model.config.vocab_size, (2, 32), device=device)  # (B, T)
 
     def cycle() -> None:
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.autocast(device, dtype=torch.bfloat16):
             model(x, targets=x.roll(-1, dims=1)).loss.backward()
             with torch.no_grad():
                 model(x, targets=x.roll(-1, dims=1))
@@ -95,6 +95,22 @@ def test_fp8_blocks_compile_once_per_grad_mode(recipe: str, eager_compile) -> No
     with torch._dynamo.config.patch(error_on_recompile=True):
         cycle()
     assert _block_entries() == warm
+
+
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+def test_fp8_blocks_compile_once_per_grad_mode(recipe: str, eager_compile) -> None:
+    """torchao's Float8Linear (its casts run under no_grad inside the block) in compiled blocks."""
+    _fp8_train_eval_cycles(recipe, "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+def test_fp8_blocks_compile_once_per_grad_mode_with_inductor_on_cuda(recipe: str) -> None:
+    """The same with Inductor and torch._scaled_mm on an FP8 GPU (compute capability >= 8.9)."""
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
+        _fp8_train_eval_cycles(recipe, "cuda")
+    torch._dynamo.reset()
 
 
 def test_mod_model_compiles_its_plain_blocks_whole(eager_compile) -> None:
