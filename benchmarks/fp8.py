@@ -3,7 +3,9 @@ in float8 (train.precision = fp8, torchao's tensorwise and rowwise recipes), the
 seed: tokens/s after the compile steps, and the training-loss curve over --steps steps. The goal
 is fp8 >= 1.3x bf16 tokens/s with the loss within 1% of bf16's after >= 1000 steps; the number
 compared is the mean training loss of the last 10% of steps and the val loss on the same held-out
-windows at the end.
+windows at the end (computed eager). Each model compiles from an empty dynamo cache and a hit of
+the recompile limit fails the run (nanogpt_race.fresh_compile_cache): a row never times blocks
+that fell back to eager.
 
 --moe-preset PRESET adds rows for an MoE model (bf16 vs fp8): under fp8 its attention runs in
 float8 and its experts stay bf16 (ats_train/fp8.py says why: torchao's float8 grouped GEMM hooks
@@ -27,7 +29,7 @@ from ats_data import ShardDataset
 from ats_model import count_params
 from ats_train.build import build_trainer
 from ats_train.config import build_config, parse_override
-from nanogpt_race import eval_windows, evaluate, smoke_data, sync
+from nanogpt_race import eval_windows, evaluate, fresh_compile_cache, smoke_data, sync
 
 
 def run(
@@ -47,6 +49,7 @@ def run(
     run_dir = work / f"run-{name}"
     run_dir.mkdir(parents=True)
     device = torch.device(args.device)
+    fresh_compile_cache()  # the bf16, tensorwise and rowwise models share Block.forward's cache
     try:
         trainer_cm = build_trainer(build_config(flat), run_dir)
     except ValueError as e:  # fp8 off an FP8 GPU (the CPU smoke): the error is the row's result
@@ -67,7 +70,9 @@ def run(
         model = trainer.raw_model
 
         def loss_fn(x, y):
-            with trainer.forward_context():
+            # eager: the val loss does not need a no_grad compile of every block (tens of seconds
+            # at 1B for a few forwards)
+            with trainer.forward_context(), torch.compiler.set_stance("force_eager"):
                 return model(x, targets=y).loss
 
         val = evaluate(loss_fn, batches, device)

@@ -53,6 +53,7 @@ from ats_tokenizer import Tokenizer
 from ats_tokenizer.pretokenize import GPT4_PATTERN
 from ats_train.build import build_trainer
 from ats_train.config import build_config, parse_override
+from nanogpt_race import fresh_compile_cache
 
 NANOGPT_BEST_VAL = 1.4697
 
@@ -292,6 +293,7 @@ def main() -> None:
         data_dir = prepare(text, Path(tmp) / "data")
         runs_dir = args.keep_runs or Path(tmp)
         for name in args.runs.split(","):
+            fresh_compile_cache()  # with --compile the runs' blocks would share one dynamo cache
             result = run(name, data_dir, args, runs_dir / f"run-{name}")
             print(json.dumps(result), flush=True)
             results.append(result)

@@ -76,9 +76,12 @@ def test_mod_isoflops_smoke_spends_equal_flops(tmp_path):
     assert mod["steps"] > dense["steps"]
     assert abs(mod["train_flops"] - dense["train_flops"]) <= mod["train_flops"] / mod["steps"]
     assert math.isfinite(mod["val_loss_causal_routing"]) and "val_loss_causal_routing" not in dense
+    for row in (dense, mod):  # where each leg's time went
+        assert set(row["phases_s"]) == {"build", "warmup_compile", "timed_steps", "eval"}
+        assert row["phases_s"]["timed_steps"] <= row["train_wall_s"]
     assert set(report["summary"]) == {
         "mod_steps_per_s_ratio",
-        "mod_wall_ratio",
+        "mod_train_wall_ratio",
         "val_gap_topk",
         "val_gap_causal_routing",
     }

@@ -70,6 +70,25 @@ def test_learned_topk_matches_per_sequence_loop(make_config) -> None:
     assert record.selected_fraction.item() == 0.5
 
 
+def test_topk_training_forward_reads_no_count_back(make_config, monkeypatch) -> None:
+    """Top-k keeps exactly k tokens per row, so the training forward gathers the sorted top-k
+    positions directly: gather_selected (which reads the per-row count back to the host, a device
+    sync per routed block) is not called, and the result is still the per-sequence loop's."""
+    torch.manual_seed(0)
+    model = build_model(make_config("mod"), dtype=torch.float64)
+    block = model.layers[0]
+    x = torch.randn(3, 10, 8, dtype=torch.float64)
+
+    def refuse(sel: torch.Tensor) -> None:
+        raise AssertionError("gather_selected called on the top-k training path")
+
+    monkeypatch.setattr("ats_model.layers.mod.gather_selected", refuse)
+    got = block(x, _ctx(model, 3, 10)).hidden
+    top = torch.topk(block.mod_router(x).squeeze(-1), 5, dim=1).indices
+    sel = torch.zeros(3, 10, dtype=torch.bool).scatter(1, top, True)
+    torch.testing.assert_close(got, _reference(model, block, x, sel))
+
+
 def test_causal_routing_uses_predictor_with_ragged_counts(make_config) -> None:
     torch.manual_seed(1)
     model = build_model(make_config("mod"), dtype=torch.float64)

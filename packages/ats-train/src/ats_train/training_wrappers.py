@@ -15,6 +15,7 @@ from typing import Any
 from ats_model import ForwardOptions
 from ats_model.layers.attention import Attention
 from ats_model.layers.ffn import SwiGLUFFN
+from ats_model.layers.mod import MoDBlock
 from ats_model.layers.norm import RMSNorm
 from torch import nn
 from torch.utils.checkpoint import checkpoint
@@ -50,13 +51,14 @@ def apply_compile(model: nn.Module) -> None:
     """torch.compile per block, as torchtitan does: identical blocks share one compiled graph and
     compile time stays flat in depth.
 
-    Dense blocks are compiled whole. In MoE and MoD blocks only the static-shape parts are
-    (attention, norms, dense/shared SwiGLU): routing, token permutation and per-expert matmuls have
+    Plain blocks with a dense FFN (every block of a dense model, the unrouted blocks of a MoD
+    model) are compiled whole. In MoE and MoD blocks only the static-shape parts are (attention,
+    norms, dense/shared SwiGLU): routing, token permutation and per-expert matmuls have
     data-dependent shapes that recompile every step, and torch 2.11's inductor miscompiles the
     Triton permute under dynamic shapes (NameError on an unbound size symbol, seen on the H200).
     """
     for block in model.layers:
-        if model.config.family == "dense":
+        if not isinstance(block, MoDBlock) and isinstance(block.ffn, SwiGLUFFN):
             block.compile()
             continue
         for module in block.modules():

@@ -109,6 +109,7 @@ class MoDBlock(Block):
         causal = ctx.causal_routing or ctx.cache is not None
         bce, accuracy = None, torch.ones((), device=x.device)
         weight = None  # (B, T) router weight of each token; None = 1 (static / random)
+        picked = None  # (idx (B, K), slot_valid (B, K) or None = all valid) when known up front
         if self.routing == "learned":
             logit = self.mod_router(x).squeeze(-1)  # (B, T)
             weight = torch.sigmoid(logit)
@@ -125,6 +126,10 @@ class MoDBlock(Block):
                 hit = ((pred > 0) == (target > 0.5)).to(w_tok.dtype)
                 accuracy = ((hit * w_tok).sum() / w_tok.sum()).float()
             sel = pred > 0 if causal else target > 0.5
+            if not causal and valid is None:
+                # exactly k per row: the gather order is the top-k positions in sequence order,
+                # known without reading the count back (no host sync in a training step)
+                picked = (top.sort(dim=1).values, None)
         else:
             sel = self._rule(ctx.positions)
         if valid is not None:
@@ -135,34 +140,39 @@ class MoDBlock(Block):
         if ctx.cache is not None:
             out, moe = self._forward_cached(x, ctx, sel, weight)
         else:
-            out, moe = self._forward_gathered(x, ctx, sel, weight)
+            out, moe = self._forward_gathered(x, ctx, picked or gather_selected(sel), weight)
         return BlockOutput(out, moe, record, None)
 
     def _forward_gathered(
         self,
         x: torch.Tensor,
         ctx: Context,
-        sel: torch.Tensor,
+        picked: tuple[torch.Tensor, torch.Tensor | None] | None,
         weight: torch.Tensor | None,
     ) -> tuple[torch.Tensor, MoERecord | None]:
-        """Run the block on the selected tokens only (the compute saving), scatter deltas back.
-        Returns the new stream and the FFN's MoE record (None when no token was selected)."""
+        """Run the block on the picked tokens only (the compute saving), scatter deltas back.
+        picked: (idx (B, K), slot_valid (B, K), None when every slot is valid), None when no token
+        was selected. Returns the new stream and the FFN's MoE record (None without tokens)."""
         B, T, C = x.shape
-        picked = gather_selected(sel)
         if picked is None:
             return x, None
         idx, slot_valid = picked  # (B, K)
         x_sel = x.gather(1, idx[..., None].expand(-1, -1, C))  # (B, K, C)
         pos = ctx.positions.gather(1, idx)  # (B, K)
         cos, sin = lookup(ctx.cos_table, pos), lookup(ctx.sin_table, pos)  # (B, K, hd)
-        if bool(slot_valid.all()):
+        if slot_valid is not None and bool(slot_valid.all()):
+            slot_valid = None
+        if slot_valid is None:
             mask = None  # every sequence keeps K tokens: plain causal attention over the subset
         else:
             mask = causal_mask(torch.arange(idx.shape[1], device=x.device), slot_valid)
         delta, moe = self.delta(x_sel, cos, sin, mask, None, ctx)  # (B, K, C)
-        scale = slot_valid.to(delta.dtype)
+        scale = None if slot_valid is None else slot_valid.to(delta.dtype)
         if weight is not None:
-            scale = scale * weight.gather(1, idx)
+            w = weight.gather(1, idx)  # (B, K)
+            scale = w if scale is None else scale * w
+        if scale is None:
+            return x.scatter_add(1, idx[..., None].expand(-1, -1, C), delta.to(x.dtype)), moe
         # under autocast the block's matmuls give a lower-precision delta than the fp32 stream
         update = (delta * scale[..., None]).to(x.dtype)
         return x.scatter_add(1, idx[..., None].expand(-1, -1, C), update), moe
