@@ -73,9 +73,12 @@ class Streak:
 
     def update(self, records: list[dict[str, Any]], slots: set[Slot]) -> int:
         continued = self.count > 0 and self.step >= records[0]["step"]
-        kept = self.slots & slots if continued else slots
-        self.count = (self.count + 1 if continued else 1) if kept else 0
-        self.step, self.slots = records[-1]["step"], kept
+        kept = self.slots & slots if continued else set()
+        if kept:
+            self.count, self.slots = self.count + 1, kept
+        else:  # a new streak of the experts beyond now, if any
+            self.count, self.slots = (1 if slots else 0), slots
+        self.step = records[-1]["step"]
         return self.count
 
 
