@@ -66,7 +66,7 @@ def beyond(records: list[dict[str, Any]], limit: float, sigmas: float, low: bool
 class Streak:
     """Evaluations in a row at which the same (layer, expert) was beyond a kind's limit. An
     evaluation continues the streak when the one before it saw part of the same records (no change
-    restarted the window in between). Kept in memory only: a resumed run starts counting again."""
+    restarted the window in between). Saved with the orchestrator state, so a resume counts on."""
 
     def __init__(self) -> None:
         self.step, self.count, self.slots = -1, 0, set()
@@ -81,6 +81,13 @@ class Streak:
         self.step = records[-1]["step"]
         return self.count
 
+    def state_dict(self) -> dict[str, Any]:
+        return {"step": self.step, "count": self.count, "slots": sorted(map(list, self.slots))}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.step, self.count = int(state["step"]), int(state["count"])
+        self.slots = {(int(i), int(e)) for i, e in state["slots"]}
+
 
 class PruneExperts(Intervention):
     """A lasting dead expert: the same expert's utilization under `min_utilization` (by `sigmas`
@@ -94,6 +101,12 @@ class PruneExperts(Intervention):
     def __init__(self, settings: KindSettings) -> None:
         super().__init__(settings)
         self.streak = Streak()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"streak": self.streak.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.streak.load_state_dict(state["streak"])
 
     def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
         s, t = evidence.signals, self.settings.min_utilization
@@ -135,6 +148,12 @@ class SplitExpert(Intervention):
     def __init__(self, settings: KindSettings) -> None:
         super().__init__(settings)
         self.streak = Streak()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"streak": self.streak.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.streak.load_state_dict(state["streak"])
 
     def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
         s, t = evidence.signals, self.settings.max_utilization
