@@ -66,7 +66,13 @@ DRILLS = (
         {"faults.routing_collapse_at_step": 2},
         ("prune_experts", "split_expert", "router_temperature", "aux_loss_weights", "bias_rate"),
     ),
-    Drill("dead_experts", {"faults.dead_experts_at_step": 2}, ("prune_experts",)),
+    # prune_experts asks for 4 evaluations in a row by default, more than a 40-step drill holds
+    # once another kind's change (aux_loss_weights, at step 10) restarts the evidence: 2 here
+    Drill(
+        "dead_experts",
+        {"faults.dead_experts_at_step": 2, "orchestrator.prune_experts.evaluations": 2},
+        ("prune_experts",),
+    ),
     Drill("mod_collapse", {"faults.mod_collapse_at_step": 5}, ("mod_collapse",)),
     Drill(
         "router_sharpen",

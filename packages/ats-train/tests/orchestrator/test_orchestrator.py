@@ -96,7 +96,12 @@ def roll_back_to(run_dir, step: int) -> None:
     ("faults", "resume_at", "kind"),
     [
         ({"faults.grad_spike_at_step": 12, "optim.grad_clip": 10.0}, 20, "grad_clip"),
-        ({"faults.routing_collapse_at_step": 2}, 20, "prune_experts"),
+        # one evaluation of evidence (default 4 in a row), so it acts before the stop
+        (
+            {"faults.routing_collapse_at_step": 2, "orchestrator.prune_experts.evaluations": 1},
+            20,
+            "prune_experts",
+        ),
     ],
 )
 def test_history_and_settings_survive_resume_exactly(run, run_in, faults, resume_at, kind) -> None:
@@ -123,6 +128,27 @@ def test_history_and_settings_survive_resume_exactly(run, run_in, faults, resume
     # config.toml keeps what the user asked for
     asked = extra.get("optim.grad_clip", 1.0)
     assert load_config(resumed_dir / "config.toml").optim.grad_clip == asked
+
+
+def test_expert_streak_survives_resume(run, run_in, only) -> None:
+    """prune_experts needs the same dead expert at 4 evaluations in a row (every 5 steps from step
+    10: it acts at step 25); a run stopped at step 20, 3 evaluations into the streak, acts at the
+    same step with the same decision after the resume."""
+    extra = {
+        **only("prune_experts"),
+        "faults.routing_collapse_at_step": 2,
+        "checkpoint.every": 5,
+        "checkpoint.keep_last": 10,
+    }
+    full = run(**extra)
+    assert [d["step"] for d in full.decisions] == [25]
+    resumed_dir = full.run_dir.parent / "resumed"
+    shutil.copytree(full.run_dir, resumed_dir)
+    roll_back_to(resumed_dir, 20)
+    resumed = run_in(resumed_dir, **extra)
+    assert deterministic(resumed.decisions) == deterministic(full.decisions)
+    a, b = weights(full), weights(resumed)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
 def test_repeated_advice_is_shown_once_per_advice_every_and_logged_always(tmp_path) -> None:

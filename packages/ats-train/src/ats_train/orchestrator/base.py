@@ -101,3 +101,11 @@ class Intervention:
 
     def apply(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Change:
         raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        """What the kind remembers across evaluations (saved with the orchestrator's state)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state:
+            raise ValueError(f"{self.name}: keeps no state across evaluations, got {state}")

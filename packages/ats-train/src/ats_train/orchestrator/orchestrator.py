@@ -358,6 +358,7 @@ class Orchestrator:
             "stop_requested": self.stop_requested,
             "eval_means": list(self.eval_means),
             "last_change": self.last_change,
+            "kinds": {name: kind.state_dict() for name, kind in self.kinds.items()},
         }
 
     def load_state_dict(self, state: dict[str, Any], rewrite_log: bool = True) -> None:
@@ -370,5 +371,9 @@ class Orchestrator:
         self.stop_requested = bool(state["stop_requested"])
         self.eval_means = list(state["eval_means"])
         self.last_change = state["last_change"]
+        # a checkpoint written before kinds kept state has none: their memory starts empty
+        for name, kind_state in state.get("kinds", {}).items():
+            if name in self.kinds:
+                self.kinds[name].load_state_dict(kind_state)
         if rewrite_log:
             self.log.rewrite(self.history)

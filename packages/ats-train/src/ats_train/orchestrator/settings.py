@@ -112,12 +112,28 @@ class OOMSettings(KindSettings):
 class PruneExpertsSettings(KindSettings):
     min_utilization: float = 0.1  # an expert below this share x n_experts is pruned
     experts_dropped: int = 1  # experts dropped per MoE layer each time
+    # the same expert under the floor by `sigmas` standard errors at this many evaluations in a row
+    # (a healthy run's experts dip there for an evaluation or two while routing settles)
+    evaluations: int = 4
+    sigmas: float = 2.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check(self.evaluations >= 1, f"evaluations = {self.evaluations} must be >= 1")
+        _check(self.sigmas >= 0.0, f"sigmas = {self.sigmas} must be >= 0")
 
 
 @dataclass(frozen=True)
 class SplitExpertSettings(KindSettings):
     max_utilization: float = 2.5  # an expert above this share x n_experts is split
     max_experts: int = 16  # never more experts per layer than this
+    evaluations: int = 4  # as prune_experts: the same expert over the ceiling this many in a row
+    sigmas: float = 2.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check(self.evaluations >= 1, f"evaluations = {self.evaluations} must be >= 1")
+        _check(self.sigmas >= 0.0, f"sigmas = {self.sigmas} must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -160,8 +176,19 @@ class ModCapacitySettings(KindSettings):
 @dataclass(frozen=True)
 class ModCollapseSettings(KindSettings):
     min_kept_ratio: float = 0.2  # the predictor keeping less than this x capacity is a collapse
+    # its loss within this share of chance (the keep rate's binary entropy) is an untrained
+    # predictor, whose keep share is the sign of near-zero logits: early training, not a collapse
+    chance_band: float = 0.1
+    # a trained predictor (loss below the band) is collapsed when it keeps under the floor in every
+    # one of this many records, not rising (<= orchestrator.window, or this test never fires)
+    stuck_steps: int = 20
     scale: float = 2.0  # loss.mod_predictor_weight x scale
     max_weight: float = 10.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check(0.0 < self.chance_band < 1.0, f"chance_band = {self.chance_band} must be in (0, 1)")
+        _check(self.stuck_steps >= 3, f"stuck_steps = {self.stuck_steps} must be >= 3")
 
 
 @dataclass(frozen=True)

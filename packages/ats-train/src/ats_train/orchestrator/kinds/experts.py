@@ -4,8 +4,11 @@ routed slots x n_experts, averaged over the evidence window (1 = its fair share)
 
 from __future__ import annotations
 
+import math
 import statistics
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from ats_train.orchestrator.base import (
     Change,
@@ -18,6 +21,9 @@ from ats_train.orchestrator.base import (
 )
 from ats_train.orchestrator.changes import PruneExperts as PruneTo
 from ats_train.orchestrator.changes import SetLossWeight, SetMoE, SplitExperts
+from ats_train.orchestrator.settings import KindSettings
+
+Slot = tuple[int, int]  # (MoE layer, expert)
 
 if TYPE_CHECKING:
     from ats_train.orchestrator.handle import RunHandle
@@ -43,22 +49,78 @@ def _structure_changed(run: RunHandle, orch: OrchestratorState) -> None:
     orch.reset_window()
 
 
+def beyond(records: list[dict[str, Any]], limit: float, sigmas: float, low: bool) -> set[Slot]:
+    """(layer, expert) whose window-mean utilization is beyond `limit` (under it when `low`) by
+    `sigmas` standard errors of that mean, from its own step-to-step spread over the records of
+    the current expert count: one window of a small batch is not evidence of a lasting imbalance."""
+    rows = [r["moe/expert_fraction"] for r in records if "moe/expert_fraction" in r]
+    n_experts = len(rows[-1][0])
+    util = np.asarray([row for row in rows if len(row[0]) == n_experts]) * n_experts  # (n, L, E)
+    if len(util) < 2:
+        return set()
+    mean, se = util.mean(axis=0), util.std(axis=0, ddof=1) / math.sqrt(len(util))  # (L, E)
+    margin = (limit - mean) if low else (mean - limit)
+    return {(int(i), int(e)) for i, e in zip(*np.nonzero(margin > sigmas * se), strict=True)}
+
+
+class Streak:
+    """Evaluations in a row at which the same (layer, expert) was beyond a kind's limit. An
+    evaluation continues the streak when the one before it saw part of the same records (no change
+    restarted the window in between). Saved with the orchestrator state, so a resume counts on."""
+
+    def __init__(self) -> None:
+        self.step, self.count, self.slots = -1, 0, set()
+
+    def update(self, records: list[dict[str, Any]], slots: set[Slot]) -> int:
+        continued = self.count > 0 and self.step >= records[0]["step"]
+        kept = self.slots & slots if continued else set()
+        if kept:
+            self.count, self.slots = self.count + 1, kept
+        else:  # a new streak of the experts beyond now, if any
+            self.count, self.slots = (1 if slots else 0), slots
+        self.step = records[-1]["step"]
+        return self.count
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"step": self.step, "count": self.count, "slots": sorted(map(list, self.slots))}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.step, self.count = int(state["step"]), int(state["count"])
+        self.slots = {(int(i), int(e)) for i, e in state["slots"]}
+
+
 class PruneExperts(Intervention):
-    """An expert under a utilization floor: some expert's utilization < `min_utilization`. Action:
-    every MoE layer drops its `experts_dropped` least-used experts, keeping more than top_k."""
+    """A lasting dead expert: the same expert's utilization under `min_utilization` (by `sigmas`
+    standard errors) at `evaluations` evaluations in a row. Action: every MoE layer drops its
+    `experts_dropped` least-used experts, keeping more than top_k."""
 
     name = "prune_experts"
     action = "drop the least-used expert of every MoE layer"
+    evidence = "per-step expert utilization over `evaluations` evaluations in a row"
+
+    def __init__(self, settings: KindSettings) -> None:
+        super().__init__(settings)
+        self.streak = Streak()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"streak": self.streak.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.streak.load_state_dict(state["streak"])
 
     def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
         s, t = evidence.signals, self.settings.min_utilization
-        if s.expert_util_min is None or s.expert_util_min >= t:
+        if s.expert_util_min is None:
+            return None
+        slots = beyond(evidence.records, t, self.settings.sigmas, low=True)
+        if self.streak.update(evidence.records, slots) < self.settings.evaluations:
             return None
         layers = run.model.moe_layers()
         if layers[0].n_experts - self.settings.experts_dropped <= max(x.top_k for x in layers):
             return None
         return Trigger(
-            f"an expert gets {s.expert_util_min:.3f}x its fair share (< {t})",
+            f"an expert gets {s.expert_util_min:.3f}x its fair share (< {t}) at "
+            f"{self.streak.count} evaluations in a row",
             below(s.expert_util_min, t),
         )
 
@@ -74,21 +136,37 @@ class PruneExperts(Intervention):
 
 
 class SplitExpert(Intervention):
-    """An overloaded expert: some expert's utilization > `max_utilization`. Action: every MoE layer
-    splits its most-used expert in two (weights, router row and optimizer state copied, the copy
-    perturbed by 1% of the init std), up to `max_experts` experts."""
+    """A lasting overloaded expert: the same expert's utilization over `max_utilization` (by
+    `sigmas` standard errors) at `evaluations` evaluations in a row. Action: every MoE layer splits
+    its most-used expert in two (weights, router row and optimizer state copied, the copy perturbed
+    by 1% of the init std), up to `max_experts` experts."""
 
     name = "split_expert"
     action = "split the most-used expert of every MoE layer"
+    evidence = "per-step expert utilization over `evaluations` evaluations in a row"
+
+    def __init__(self, settings: KindSettings) -> None:
+        super().__init__(settings)
+        self.streak = Streak()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"streak": self.streak.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.streak.load_state_dict(state["streak"])
 
     def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
         s, t = evidence.signals, self.settings.max_utilization
-        if s.expert_util_max is None or s.expert_util_max <= t:
+        if s.expert_util_max is None:
+            return None
+        slots = beyond(evidence.records, t, self.settings.sigmas, low=False)
+        if self.streak.update(evidence.records, slots) < self.settings.evaluations:
             return None
         if run.model.config.moe.n_experts + 1 > self.settings.max_experts:
             return None
         return Trigger(
-            f"an expert gets {s.expert_util_max:.2f}x its fair share (> {t})",
+            f"an expert gets {s.expert_util_max:.2f}x its fair share (> {t}) at "
+            f"{self.streak.count} evaluations in a row",
             above(s.expert_util_max, t),
         )
 

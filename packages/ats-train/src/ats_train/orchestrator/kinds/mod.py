@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import statistics
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ats_train.orchestrator.base import (
     AFTER_EVALUATIONS,
@@ -15,6 +16,7 @@ from ats_train.orchestrator.base import (
     below,
 )
 from ats_train.orchestrator.changes import SetLossWeight, SetModCapacity
+from ats_train.orchestrator.settings import ModCollapseSettings
 
 if TYPE_CHECKING:
     from ats_train.orchestrator.handle import RunHandle
@@ -59,35 +61,83 @@ class ModCapacity(Intervention):
         return {"mod.capacity": [before, after]}
 
 
+def chance_loss(capacities: list[float]) -> float:
+    """aux/mod_predictor of predictors at chance: each layer's top-k target keeps `capacity` of
+    the tokens, so the best constant guess scores its binary entropy; summed over the MoD layers
+    as the model sums their BCE."""
+    return sum(-c * math.log(c) - (1 - c) * math.log(1 - c) for c in capacities if 0 < c < 1)
+
+
+def predictor_collapse(
+    records: list[dict[str, Any]], capacities: list[float], settings: ModCollapseSettings
+) -> tuple[str, float] | None:
+    """(reason, kept share) when the causal predictors have collapsed, else None.
+
+    Kept share: over the last 3 steps, the lowest layer's mean share of tokens with logit > 0. Under
+    the floor (`min_kept_ratio` x capacity) it is a collapse only when the predictor is not at
+    chance (its loss, aux/mod_predictor, outside `chance_band` of chance_loss):
+    - above the band: confident and wrong (logits far below 0 on the tokens top-k keeps);
+    - below it: trained, yet under the floor in each of the last `stuck_steps` records and not
+      rising (the mean of their last third <= their first third's).
+    An untrained predictor (in the band; e.g. right after warmup it swings from keeping every
+    token to none) keeps what the sign of its near-zero logits says and learns out of it."""
+    rows = [
+        r
+        for r in records
+        if "mod/predictor_selected" in r and math.isfinite(r["aux/mod_predictor"])
+    ]
+    if len(rows) < 3:
+        return None
+    kept_rows = [min(r["mod/predictor_selected"]) for r in rows]
+    n_layers = len(rows[-1]["mod/predictor_selected"])
+    kept = min(
+        statistics.fmean(r["mod/predictor_selected"][i] for r in rows[-3:]) for i in range(n_layers)
+    )
+    floor = settings.min_kept_ratio * min(capacities)
+    if kept >= floor:
+        return None
+    loss = statistics.fmean(r["aux/mod_predictor"] for r in rows[-3:])
+    chance = chance_loss(capacities)
+    band = settings.chance_band * chance
+    where = f"causal predictor keeps {kept:.1%} of tokens (< {floor:.1%}), loss {loss:.3f}"
+    if loss > chance + band:
+        return f"{where} > chance {chance:.3f}: confident and wrong", kept
+    if loss >= chance - band:
+        return None
+    stuck = kept_rows[-settings.stuck_steps :]
+    third = len(stuck) // 3
+    if (
+        len(stuck) < settings.stuck_steps
+        or max(stuck) >= floor
+        or statistics.fmean(stuck[-third:]) > statistics.fmean(stuck[:third])
+    ):
+        return None
+    return f"{where} < chance {chance:.3f}, under the floor for {len(stuck)} steps", kept
+
+
 class ModCollapse(Intervention):
-    """MoD collapse: over the last 3 steps the causal predictor (what inference routes by) kept
-    fewer than `min_kept_ratio` x capacity of the tokens in some layer, so generation would skip the
-    routed blocks. Action: loss.mod_predictor_weight x `scale` (<= `max_weight`), pulling the
-    predictor back to the top-k."""
+    """MoD collapse: the causal predictor (what inference routes by) keeps fewer than
+    `min_kept_ratio` x capacity of the tokens in some layer and is not merely untrained
+    (predictor_collapse), so generation would skip the routed blocks. Action:
+    loss.mod_predictor_weight x `scale` (<= `max_weight`), pulling the predictor back to the
+    top-k."""
 
     name = "mod_collapse"
     action = "mod_predictor loss weight x factor"
-    evidence = "the causal predictors' kept share over the last 3 steps"
+    evidence = "the causal predictors' kept share and loss over the last 3 (to stuck_steps) steps"
 
     def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
         layers = run.model.mod_layers()
-        rows = [
-            r["mod/predictor_selected"]
-            for r in evidence.records[-3:]
-            if "mod/predictor_selected" in r
-        ]
-        if not rows or not layers:
+        if not layers:
             return None
-        kept = min(statistics.fmean(row[i] for row in rows) for i in range(len(rows[0])))
-        floor = self.settings.min_kept_ratio * min(layer.capacity for layer in layers)
-        if kept >= floor:
+        capacities = [layer.capacity for layer in layers]
+        found = predictor_collapse(evidence.records, capacities, self.settings)
+        if found is None:
             return None
         if run.setting("loss.mod_predictor_weight") >= self.settings.max_weight:
             return None
-        return Trigger(
-            f"causal predictor keeps {kept:.1%} of tokens (< {floor:.1%})",
-            below(kept, floor),
-        )
+        reason, kept = found
+        return Trigger(reason, below(kept, self.settings.min_kept_ratio * min(capacities)))
 
     def apply(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Change:
         before = run.setting("loss.mod_predictor_weight")
