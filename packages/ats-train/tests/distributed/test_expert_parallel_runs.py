@@ -87,15 +87,21 @@ def test_expert_parallel_2_reproduces_the_single_process_run(
 
 @pytest.mark.parametrize(
     ("saved_with", "resumed_with"),
-    [("ddp", "single"), ("single", "ddp"), ("fsdp2", "single"), ("fsdp2", "ddp")],
-    ids=["ddp-ep2-to-1", "ep1-to-ddp-ep2", "fsdp2-ep2-to-1", "fsdp2-ep2-to-ddp-ep2"],
+    [("ddp", "single"), ("single", "ddp"), ("fsdp2", "single"), ("fsdp2", "ddp"), ("ddp", "fsdp2")],
+    ids=[
+        "ddp-ep2-to-1",
+        "ep1-to-ddp-ep2",
+        "fsdp2-ep2-to-1",
+        "fsdp2-ep2-to-ddp-ep2",
+        "ddp-ep2-to-fsdp2-ep2",
+    ],
 )
 def test_checkpoint_resumes_at_another_expert_parallel_size(
     saved_with: str, resumed_with: str, single_reference: Path, overrides, tmp_path: Path
 ) -> None:
     """Saved at step 4 with experts sharded over 2 ranks and continued by `single` (every expert
     on one rank), the reverse, and saved by fsdp2 with sharded experts and continued by ddp with
-    them: steps 5-6 and the final weights, which need the restored Adam moments of every expert,
+    them, and the reverse: steps 5-6 and the final weights, which need the restored Adam moments of every expert,
     match the uninterrupted single-process run."""
 
     def launch(run_dir: Path, backend: str, **extra: object) -> None:
