@@ -126,8 +126,9 @@ class FSDP2Backend:
 
     @property
     def _expert_copies(self) -> int:
-        """How many ranks hold each expert shard (1 without expert parallelism: none)."""
-        return self.world_size // self.expert_parallel
+        """How many ranks hold each expert shard (world / N); 1 without expert parallelism, where
+        the optimizer holds no parameter outside FSDP2."""
+        return self.world_size // self.expert_parallel if self._ep is not None else 1
 
     def wrap(
         self, model: nn.Module, optimizer: torch.optim.Optimizer
