@@ -21,8 +21,9 @@ summary per rank to --out/<name>/profile/rank-R/summary.txt; tokens/s then stops
 The scaling rows of BENCHMARKS.md: `--compile --batch-size 64 --micro-batch-size 32 --only
 single,single_per_gpu,ddp,fsdp2_one_unit`, 32 sequences per GPU as in the single-GPU MFU benchmark.
 Expert parallelism (issue 31): `--preset 124m-moe --compile --batch-size 64 --micro-batch-size 32
---only single,single_per_gpu,ddp,ddp_ep`; ddp_ep is ddp with parallel.expert_parallel = --gpus (each
-GPU holds E / gpus experts of every MoE layer), and its "ratio" is its tokens/s per GPU over one
+--only single,single_per_gpu,ddp,ddp_ep,fsdp2_ep`; ddp_ep is ddp with parallel.expert_parallel =
+--gpus (each GPU holds E / gpus experts of every MoE layer), fsdp2_ep the same with FSDP2 sharding
+the rest of the model (one unit per block), and their "ratio" is their tokens/s per GPU over one
 GPU's (single_per_gpu) running the same model (goal: >= 0.85). Expert surgery (orchestrator
 prune_experts / split_expert, which expert parallelism refuses) is off in every run, so every row
 trains the same model.
@@ -32,7 +33,7 @@ A run that fails is reported with its error line and the others go on. Results s
 configurations and still compares against an earlier `single` run there. CPU smoke run (gloo):
 `--device cpu --preset tiny-dense --steps 5 --seq-len 64 --only single,ddp,fsdp2`; of the EP row:
 `--device cpu --preset tiny-moe --steps 5 --seq-len 64 --vocab-size 0 --precision fp32 --kernels
-reference --only single,single_per_gpu,ddp_ep`.
+reference --only single,single_per_gpu,ddp_ep,fsdp2_ep`.
 """
 
 from __future__ import annotations
@@ -48,13 +49,16 @@ import tempfile
 import time
 from pathlib import Path
 
+EXPERT_PARALLEL_ROWS = ("ddp_ep", "fsdp2_ep")  # parallel.expert_parallel = --gpus (overrides_for)
+
 # name -> (ranks: "gpus" = --gpus, 1 = one process without torchrun; overrides)
 CONFIGS: dict[str, tuple[str | int, dict[str, object]]] = {
     "single": (1, {"parallel.backend": "single"}),
     "single_per_gpu": (1, {"parallel.backend": "single"}),  # train.batch_size = one rank's share
     "ddp": ("gpus", {"parallel.backend": "ddp"}),
-    # an MoE --preset: every MoE layer's experts split over the --gpus ranks (overrides_for)
+    # an MoE --preset: every MoE layer's experts split over the --gpus ranks (EXPERT_PARALLEL_ROWS)
     "ddp_ep": ("gpus", {"parallel.backend": "ddp"}),
+    "fsdp2_ep": ("gpus", {"parallel.backend": "fsdp2"}),
     "fsdp2": ("gpus", {"parallel.backend": "fsdp2"}),
     "fsdp2_one_unit": ("gpus", {"parallel.backend": "fsdp2", "parallel.fsdp2.unit_blocks": 0}),
     # between one unit (no overlap of the all-gather / reduce-scatter) and one per block (the
@@ -135,7 +139,7 @@ def overrides_for(
         "orchestrator.split_expert.enabled": False,
         **CONFIGS[name][1],
     }
-    if name == "ddp_ep":
+    if name in EXPERT_PARALLEL_ROWS:
         values["parallel.expert_parallel"] = args.gpus
     if name == "single_per_gpu":
         values["train.batch_size"] = args.batch_size // args.gpus

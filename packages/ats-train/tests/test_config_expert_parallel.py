@@ -12,11 +12,13 @@ from ats_train.config.parallel import check_expert_parallel
 
 NO_SURGERY = ["orchestrator.prune_experts.enabled=false", "orchestrator.split_expert.enabled=false"]
 DDP_EP2 = ["parallel.backend=ddp", "parallel.expert_parallel=2", *NO_SURGERY]
+FSDP2_EP2 = ["parallel.backend=fsdp2", "parallel.expert_parallel=2", *NO_SURGERY]
 
 
 def test_the_key_reads_as_an_int_and_defaults_to_1() -> None:
     assert load_config(None).parallel.expert_parallel == 1
     assert load_config(None, DDP_EP2).parallel.expert_parallel == 2
+    assert load_config(None, FSDP2_EP2).parallel.expert_parallel == 2
 
 
 @pytest.mark.parametrize(
@@ -28,15 +30,15 @@ def test_the_key_reads_as_an_int_and_defaults_to_1() -> None:
         ),
         (
             ["parallel.expert_parallel=2", *NO_SURGERY],
-            "parallel.expert_parallel = 2 runs with parallel.backend ddp, not 'single'",
+            "parallel.expert_parallel = 2 runs with parallel.backend ddp or fsdp2, not 'single'",
         ),
         (
-            ["parallel.backend=fsdp2", "parallel.expert_parallel=2", *NO_SURGERY],
-            "parallel.expert_parallel = 2 runs with parallel.backend ddp, not 'fsdp2'",
+            [*FSDP2_EP2, "parallel.fsdp2.cpu_offload=true"],
+            "parallel.expert_parallel = 2 cannot run with parallel.fsdp2.cpu_offload = true",
         ),
         (
             ["parallel.backend=deepspeed", "parallel.expert_parallel=2", *NO_SURGERY],
-            "parallel.expert_parallel = 2 runs with parallel.backend ddp, not 'deepspeed'",
+            "parallel.expert_parallel = 2 runs with parallel.backend ddp or fsdp2, not 'deepspeed'",
         ),
         (
             ["parallel.backend=ddp", "parallel.expert_parallel=2"],
@@ -70,7 +72,7 @@ def test_the_key_reads_as_an_int_and_defaults_to_1() -> None:
     ids=[
         "zero",
         "single",
-        "fsdp2",
+        "fsdp2-cpu-offload",
         "deepspeed",
         "prune-experts",
         "split-expert",

@@ -11,6 +11,7 @@ import torch.distributed as dist
 from ats_train.backends.process_group import exit_rank, leave_process_group
 from expert_bias_check import check as expert_bias
 from expert_parallel_check import check as expert_parallel
+from fsdp2_expert_parallel_check import check as fsdp2_expert_parallel
 from fsdp2_local_step_check import check as fsdp2_local_step
 from fsdp2_records_check import check as fsdp2_records
 from fsdp2_unsharded_step_check import check as fsdp2_unsharded_step
@@ -20,6 +21,8 @@ CHECKS = {
     "expert_bias/fsdp2": lambda: expert_bias("fsdp2"),
     "expert_parallel/dropless": lambda: expert_parallel(capacity_factor=None),
     "expert_parallel/capacity": lambda: expert_parallel(capacity_factor=1.0),
+    "fsdp2_expert_parallel/dropless": lambda: fsdp2_expert_parallel(capacity_factor=None),
+    "fsdp2_expert_parallel/capacity": lambda: fsdp2_expert_parallel(capacity_factor=1.0),
     "fsdp2_records/plain": lambda: fsdp2_records(checkpointing=False),
     "fsdp2_records/checkpointing": lambda: fsdp2_records(checkpointing=True),
     "fsdp2_local_step": fsdp2_local_step,

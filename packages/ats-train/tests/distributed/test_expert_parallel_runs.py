@@ -1,6 +1,7 @@
-"""parallel.expert_parallel = 2 through the real `ats-train` CLI on 2 gloo ranks (ddp): the run
-reproduces the single-process run (conftest.single_reference), and its checkpoints, which hold full
-expert tensors and full Adam moments, resume with the experts replicated and back.
+"""parallel.expert_parallel = 2 through the real `ats-train` CLI on 2 gloo ranks, with ddp and with
+fsdp2 for the rest of the model: the run reproduces the single-process run
+(conftest.single_reference), and its checkpoints, which hold full expert tensors and full Adam
+moments, resume with the experts replicated, on the other backend, and back.
 
 Tolerances as test_backends.py's (the same runs, the same fp32 reassociation of the gradient sums).
 """
@@ -36,9 +37,9 @@ NO_SURGERY = {
 }
 
 
-def _args(overrides, run_dir: Path, expert_parallel: int, **extra: object) -> list[str]:  # noqa: ANN001
-    ep = {"parallel__expert_parallel": expert_parallel, **NO_SURGERY}
-    return run_args(overrides, run_dir, **REFERENCE_EXTRA, parallel__backend="ddp", **ep, **extra)
+def _args(overrides, run_dir: Path, backend: str, **extra: object) -> list[str]:  # noqa: ANN001
+    ep = {"parallel__expert_parallel": 2, **NO_SURGERY}
+    return run_args(overrides, run_dir, **REFERENCE_EXTRA, parallel__backend=backend, **ep, **extra)
 
 
 def _assert_same_losses(got: dict[int, float], want: dict[int, float]) -> None:
@@ -55,11 +56,14 @@ def _assert_same_weights(run_dir: Path, reference: Path) -> None:
         torch.testing.assert_close(w[name], ref_w[name], rtol=0, atol=WEIGHT_ATOL, msg=name)
 
 
+@pytest.mark.parametrize("backend", ["ddp", "fsdp2"])
 def test_expert_parallel_2_reproduces_the_single_process_run(
-    single_reference: Path, overrides, tmp_path: Path
+    backend: str, single_reference: Path, overrides, tmp_path: Path
 ) -> None:
+    """Losses, aux losses, MoE statistics, the clipped gradient norm (grad_norm: the dense part
+    from DDP's replicas or FSDP2's shards, each expert shard counted once) and the final weights."""
     # with a sample after training: generation's forwards exchange tokens too, in step on both ranks
-    proc = run_ats_train(_args(overrides, tmp_path, 2, train__sample_tokens=8), nproc=2)
+    proc = run_ats_train(_args(overrides, tmp_path, backend, train__sample_tokens=8), nproc=2)
     assert_ok(proc)
     assert "sample" in proc.stdout
     want, got = train_losses(single_reference), train_losses(tmp_path)
@@ -81,27 +85,38 @@ def test_expert_parallel_2_reproduces_the_single_process_run(
     _assert_same_weights(tmp_path, single_reference)
 
 
-@pytest.mark.parametrize(("saved_ep", "resumed_ep"), [(2, 1), (1, 2)], ids=["ep2-to-1", "ep1-to-2"])
+@pytest.mark.parametrize(
+    ("saved_with", "resumed_with"),
+    [("ddp", "single"), ("single", "ddp"), ("fsdp2", "single"), ("fsdp2", "ddp"), ("ddp", "fsdp2")],
+    ids=[
+        "ddp-ep2-to-1",
+        "ep1-to-ddp-ep2",
+        "fsdp2-ep2-to-1",
+        "fsdp2-ep2-to-ddp-ep2",
+        "ddp-ep2-to-fsdp2-ep2",
+    ],
+)
 def test_checkpoint_resumes_at_another_expert_parallel_size(
-    saved_ep: int, resumed_ep: int, single_reference: Path, overrides, tmp_path: Path
+    saved_with: str, resumed_with: str, single_reference: Path, overrides, tmp_path: Path
 ) -> None:
     """Saved at step 4 with experts sharded over 2 ranks and continued by `single` (every expert
-    on one rank), and the reverse: steps 5-6 and the final weights, which need the restored Adam
-    moments of every expert, match the uninterrupted single-process run."""
+    on one rank), the reverse, and saved by fsdp2 with sharded experts and continued by ddp with
+    them, and the reverse: steps 5-6 and the final weights, which need the restored Adam moments of every expert,
+    match the uninterrupted single-process run."""
 
-    def launch(run_dir: Path, ep: int, **extra: object) -> None:
-        if ep == 1:  # one process: the experts' layout of any run without expert parallelism
+    def launch(run_dir: Path, backend: str, **extra: object) -> None:
+        if backend == "single":  # one process: the experts' layout without expert parallelism
             args = run_args(overrides, run_dir, **REFERENCE_EXTRA, **NO_SURGERY, **extra)
             assert_ok(run_ats_train(args, nproc=None))
         else:
-            assert_ok(run_ats_train(_args(overrides, run_dir, ep, **extra), nproc=2))
+            assert_ok(run_ats_train(_args(overrides, run_dir, backend, **extra), nproc=2))
 
     saved = tmp_path / "saved"
-    launch(saved, saved_ep, train__steps=4)
+    launch(saved, saved_with, train__steps=4)
     assert (saved / "checkpoints" / "latest").read_text().strip() == "step-000004"
     run_dir = tmp_path / "resumed"
     shutil.copytree(saved, run_dir)
-    launch(run_dir, resumed_ep)
+    launch(run_dir, resumed_with)
     got = train_losses(run_dir)
     assert {5, 6} <= got.keys()
     _assert_same_losses(got, train_losses(single_reference))

@@ -37,7 +37,7 @@ def build_backend(
     if parallel.backend == "fsdp2":
         from ats_train.backends.fsdp2 import FSDP2Backend
 
-        return FSDP2Backend(device, precision, parallel.fsdp2)
+        return FSDP2Backend(device, precision, parallel.fsdp2, parallel.expert_parallel)
     if parallel.backend == "deepspeed":
         if config is None or config.parallel is not parallel:
             raise ValueError(

@@ -33,8 +33,8 @@ class Backend(Protocol):
         ...
 
     def shard_experts(self, model: nn.Module) -> None:
-        """parallel.expert_parallel > 1 (ddp): keep this rank's experts of every MoE layer. Called
-        on the plain model before the optimizer is built; nothing on the other backends."""
+        """parallel.expert_parallel > 1 (ddp, fsdp2): keep this rank's experts of every MoE layer.
+        Called on the plain model before the optimizer is built; nothing on the other backends."""
         ...
 
     def backward(self, loss: torch.Tensor, *, last_micro_batch: bool) -> None:

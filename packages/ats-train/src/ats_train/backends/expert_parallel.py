@@ -182,6 +182,14 @@ def full_model_state(
     return {k: _gather(v, ep) if k in names else v for k, v in state.items()}
 
 
+def gather_experts(
+    model: nn.Module, names: list[str], ep: ExpertParallel
+) -> dict[str, torch.Tensor]:
+    """{name: the whole expert tensor} of the sharded expert weights `names` (a collective)."""
+    params = dict(model.named_parameters())
+    return {name: _gather(params[name], ep) for name in names}
+
+
 def full_model_shapes(
     state: dict[str, torch.Tensor], names: list[str], ep: ExpertParallel
 ) -> dict[str, torch.Tensor]:
@@ -221,6 +229,31 @@ def full_optimizer_state(
     return {**saved, "state": state}
 
 
+def gather_expert_state(
+    optimizer: torch.optim.Optimizer, experts: dict[str, nn.Parameter], ep: ExpertParallel
+) -> dict[str, dict[str, torch.Tensor]]:
+    """{name: optimizer state} of the expert shards `experts` (by name) with every per-element
+    entry gathered whole; scalars such as `step` as they are. A collective."""
+    return {
+        name: {k: _gather(v, ep) if v.ndim > 0 else v for k, v in optimizer.state[p].items()}
+        for name, p in experts.items()
+        if p in optimizer.state
+    }
+
+
+def slice_expert_state(
+    state: dict[int, dict[str, torch.Tensor]], ids: set[int], ep: ExpertParallel
+) -> dict[int, dict[str, torch.Tensor]]:
+    """An optimizer state_dict's "state" (integer ids) with the full state of the expert weights
+    `ids` cut to this rank's experts."""
+    return {
+        i: {k: _slice(v, ep) if v.ndim > 0 else v for k, v in values.items()}
+        if int(i) in ids
+        else values
+        for i, values in state.items()
+    }
+
+
 def local_optimizer_state(
     optimizer: torch.optim.Optimizer,
     experts: list[nn.Parameter],
@@ -230,9 +263,4 @@ def local_optimizer_state(
     """A full optimizer state (full_optimizer_state's layout, from any layout) cut to this rank's
     experts."""
     ids = _expert_ids(optimizer, experts)
-    state = {}
-    for i, values in full["state"].items():
-        if int(i) in ids:
-            values = {k: _slice(v, ep) if v.ndim > 0 else v for k, v in values.items()}
-        state[i] = values
-    return {**full, "state": state}
+    return {**full, "state": slice_expert_state(full["state"], ids, ep)}

@@ -13,8 +13,11 @@ output, so FSDP2 hooks their aux-loss tensors like the hidden state and none is 
 
 MoE experts stay inside their block's unit: every expert of a block runs on every micro-batch (the
 router spreads tokens over all of them), so a separate expert unit would be all-gathered at the same
-moment as the rest of the block and only add collectives; separate expert units pay off with expert
-parallelism (experts sharded over their own mesh), which ATS does not do.
+moment as the rest of the block and only add collectives. With parallel.expert_parallel = N each
+rank keeps its N-th of every MoE layer's experts (expert_parallel.py) as plain parameters outside
+FSDP2 (fully_shard's ignored_params): no all-gather or reduce-scatter for them; their gradients are
+summed over the ranks holding the same shard (none when the world is N) and the checkpoints gather
+them whole, so a run resumes at any N, on single and on ddp.
 
 The gradient clip and the optimizer update run on each rank's local shards as plain tensors
 (fsdp2_local_step.py): through DTensor dispatch they held the host while the GPU idled.
@@ -47,6 +50,18 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
+from ats_train.backends.expert_parallel import (
+    ExpertParallel,
+    build_expert_parallel,
+    expert_parameter_names,
+    full_model_shapes,
+    gather_expert_state,
+    gather_experts,
+    local_model_state,
+    reduce_expert_grads,
+    shard_experts,
+    slice_expert_state,
+)
 from ats_train.backends.fsdp2_local_step import LocalShardStep
 from ats_train.backends.optimizer_shards import load_optimizer_shards, save_optimizer_shards
 from ats_train.backends.process_group import (
@@ -73,6 +88,7 @@ class FSDP2Backend:
         device: torch.device,
         precision: Precision,
         settings: FSDP2Settings,
+        expert_parallel: int = 1,
     ) -> None:
         if precision.scaler is not None:
             raise ConfigError(
@@ -90,13 +106,29 @@ class FSDP2Backend:
         self._model: nn.Module | None = None
         self._group_names: list[list[str]] = []  # parameter names in optimizer order, per group
         self._step: LocalShardStep | None = None  # clip + update on the local shards
+        self.expert_parallel = expert_parallel  # N; the groups are made by shard_experts
+        self._ep: ExpertParallel | None = None
+        self._expert_names: list[str] = []  # this rank's expert shards, by state-dict name
+        self._experts: list[nn.Parameter] = []
 
     @property
     def is_main(self) -> bool:
         return self.rank == 0
 
     def shard_experts(self, model: nn.Module) -> None:
-        return None  # no expert parallelism here (config refuses it)
+        if self.expert_parallel == 1:
+            return
+        self._ep = build_expert_parallel(self.expert_parallel)
+        shard_experts(model, self._ep)
+        self._expert_names = expert_parameter_names(model)
+        params = dict(model.named_parameters())
+        self._experts = [params[name] for name in self._expert_names]
+
+    @property
+    def _expert_copies(self) -> int:
+        """How many ranks hold each expert shard (world / N); 1 without expert parallelism, where
+        the optimizer holds no parameter outside FSDP2."""
+        return self.world_size // self.expert_parallel if self._ep is not None else 1
 
     def wrap(
         self, model: nn.Module, optimizer: torch.optim.Optimizer
@@ -114,6 +146,8 @@ class FSDP2Backend:
             )
         if self.settings.cpu_offload:
             root_options["offload_policy"] = block_options["offload_policy"] = CPUOffloadPolicy()
+        if self._experts:  # each rank's own experts: left out of FSDP2, reduced by step()
+            root_options["ignored_params"] = block_options["ignored_params"] = set(self._experts)
         # 0: every block in one unit. Not the root alone: on torch 2.11 a root-only FSDP2 model
         # on CUDA kept its unsharded parameters after backward, so the optimizer's sharded ones
         # never got a gradient and nothing trained (the loss sat at ln V for 50 steps on 2 H200s)
@@ -136,8 +170,11 @@ class FSDP2Backend:
         params = dict(model.named_parameters())
         for group, group_names in zip(optimizer.param_groups, self._group_names, strict=True):
             group["params"] = [params[n] for n in group_names]
-        self._step = LocalShardStep(optimizer, self.device)
+        self._step = self._local_step(optimizer)
         return model, optimizer
+
+    def _local_step(self, optimizer: torch.optim.Optimizer) -> LocalShardStep:
+        return LocalShardStep(optimizer, self.device, self._expert_copies)
 
     def backward(self, loss: torch.Tensor, *, last_micro_batch: bool) -> None:
         # FSDP2 reduce-scatters every micro-batch by default; skipping it until the last one
@@ -145,7 +182,12 @@ class FSDP2Backend:
         loss.backward()
 
     def step(self, optimizer: torch.optim.Optimizer, grad_clip: float) -> tuple[float, bool]:
-        unsharded = [n for n, p in self._model.named_parameters() if not isinstance(p, DTensor)]
+        experts = {id(p) for p in self._experts}
+        unsharded = [
+            n
+            for n, p in self._model.named_parameters()
+            if not isinstance(p, DTensor) and id(p) not in experts
+        ]
         if unsharded:
             # the optimizer holds the sharded DTensors: a step now would update none of these
             raise RuntimeError(
@@ -155,6 +197,8 @@ class FSDP2Backend:
             )
         if self._step is None or self._step.optimizer is not optimizer:
             raise RuntimeError("fsdp2 step() needs the optimizer wrap() returned")
+        if self._ep is not None:  # the mean FSDP2's reduce-scatter takes of the other gradients
+            reduce_expert_grads(self._experts, self._ep)
         grad_norm, stepped = self._step.step(grad_clip)
         optimizer.zero_grad(set_to_none=True)
         average_expert_biases(self._model)
@@ -170,18 +214,32 @@ class FSDP2Backend:
             )
 
     def model_state(self, model: nn.Module) -> dict[str, torch.Tensor]:
-        return get_model_state_dict(model, options=GATHER)
+        state = get_model_state_dict(model, options=GATHER)
+        if self._ep is None:
+            return state
+        experts = gather_experts(model, self._expert_names, self._ep)  # a collective
+        return {**state, **experts} if self.is_main else state
 
     def load_model(self, model: nn.Module, directory: Path) -> None:
-        state = read_model_state(dict(model.state_dict()), directory)
+        expected = dict(model.state_dict())
+        if self._ep is not None:
+            expected = full_model_shapes(expected, self._expert_names, self._ep)
+        state = read_model_state(expected, directory)
+        if self._ep is not None:
+            state = local_model_state(state, self._expert_names, self._ep)
         set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True))
 
     def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, object]:
         """Full optimizer state keyed like torch.optim's own state_dict (integer ids in optimizer
         order), i.e. the single and ddp backends' format; complete on rank 0, empty elsewhere."""
         full = get_optimizer_state_dict(self._model, optimizer, options=GATHER)
+        experts = {}
+        if self._ep is not None:  # a collective; keyed by name as `full` is
+            named = dict(zip(self._expert_names, self._experts, strict=True))
+            experts = gather_expert_state(optimizer, named, self._ep)
         if not self.is_main:
             return {}
+        full["state"] = {**full["state"], **experts}
         ids = {n: i for i, n in enumerate(n for names in self._group_names for n in names)}
         return {
             "state": {ids[n]: v for n, v in full["state"].items()},
@@ -194,6 +252,9 @@ class FSDP2Backend:
         self, optimizer: torch.optim.Optimizer, state: dict[str, object]
     ) -> None:
         names = [n for group in self._group_names for n in group]
+        if self._ep is not None:  # the full expert state (any layout's) cut to this rank's
+            ids = {names.index(n) for n in self._expert_names}
+            state = {**state, "state": slice_expert_state(state["state"], ids, self._ep)}
         by_name = {
             "state": {names[i]: v for i, v in state["state"].items()},
             "param_groups": [
@@ -203,7 +264,7 @@ class FSDP2Backend:
         set_optimizer_state_dict(
             self._model, optimizer, by_name, options=StateDictOptions(full_state_dict=True)
         )
-        self._step = LocalShardStep(optimizer, self.device)  # the update's state is the loaded one
+        self._step = self._local_step(optimizer)  # the update's state is the loaded one
 
     def sharded_layout(self) -> dict[str, object]:
         return {"writer": "safetensors", "backend": self.name, "world_size": self.world_size}
@@ -213,7 +274,7 @@ class FSDP2Backend:
 
     def load_optimizer_shards(self, optimizer: torch.optim.Optimizer, directory: Path) -> None:
         load_optimizer_shards(self._model, optimizer, directory / SHARDS_DIR, self.rank)
-        self._step = LocalShardStep(optimizer, self.device)  # the update's state is the loaded one
+        self._step = self._local_step(optimizer)  # the update's state is the loaded one
 
     def all_reduce_mean(self, value: float) -> float:
         return all_reduce_mean(value, self.device)

@@ -16,6 +16,10 @@ updates the local parameters in place. The DTensor optimizer stays the one the t
 checkpoints see (lr from the schedule, state_dict, DCP, full-state gather): its state entries are
 DTensors over the local optimizer's state storage, so what the update writes is what a checkpoint
 reads.
+
+With expert parallelism the optimizer also holds each rank's expert shards, plain parameters
+outside FSDP2 (fsdp2.py): their "local shard" is the parameter itself, and since `copies` ranks
+hold the same shard, its squared norm enters the all-reduced sum divided by `copies`.
 """
 
 from __future__ import annotations
@@ -30,11 +34,13 @@ from ats_train.backends.guarded_step import step_if_finite
 class LocalShardStep:
     """step() for an optimizer over FSDP2's DTensor parameters, run on their local shards."""
 
-    def __init__(self, optimizer: torch.optim.Optimizer, device: torch.device) -> None:
-        self.optimizer, self.device = optimizer, device
-        self._params: list[DTensor] = [p for g in optimizer.param_groups for p in g["params"]]
+    def __init__(
+        self, optimizer: torch.optim.Optimizer, device: torch.device, copies: int = 1
+    ) -> None:
+        self.optimizer, self.device, self.copies = optimizer, device, copies
+        self._params: list[torch.Tensor] = [p for g in optimizer.param_groups for p in g["params"]]
         with torch.no_grad():  # leaf views of the shards: in-place updates reach the DTensors
-            self._local = [p.to_local() for p in self._params]
+            self._local = [p.to_local() if isinstance(p, DTensor) else p for p in self._params]
         local_of = {id(p): lp for p, lp in zip(self._params, self._local, strict=True)}
         groups = [
             {**_hyperparameters(g), "params": [local_of[id(p)] for p in g["params"]]}
@@ -49,13 +55,13 @@ class LocalShardStep:
         """Clip to grad_clip (0: no clip) by the global norm and update unless it is not finite.
         Returns (global gradient norm, whether the update ran), the same on every rank."""
         for p, lp in zip(self._params, self._local, strict=True):
-            lp.grad = None if p.grad is None else p.grad.to_local()
+            if lp is not p:
+                lp.grad = None if p.grad is None else p.grad.to_local()
         for local_group, group in zip(
             self.local_optimizer.param_groups, self.optimizer.param_groups, strict=True
         ):
             local_group.update(_hyperparameters(group))  # the schedule sets lr on the DTensor one
-        grads = [lp.grad for lp in self._local if lp.grad is not None]
-        local_sq = torch.nn.utils.get_total_norm(grads).square()
+        local_sq = self._local_squares()
         total_sq = local_sq.to(self.device)  # CPUOffloadPolicy keeps grads off the NCCL device
         dist.all_reduce(total_sq)  # the sum over ranks of squared local norms
         norm = total_sq.sqrt().to(local_sq.device)
@@ -67,6 +73,18 @@ class LocalShardStep:
         self._share_state()
         return grad_norm, stepped
 
+    def _local_squares(self) -> torch.Tensor:
+        """This rank's part of the squared global gradient norm: its DTensor shards' squares and
+        its plain (expert) parameters' squares over the ranks holding the same ones."""
+        sharded = [lp.grad for p, lp in zip(self._params, self._local, strict=True) if lp is not p]
+        plain = [p.grad for p, lp in zip(self._params, self._local, strict=True) if lp is p]
+        squares = torch.nn.utils.get_total_norm([g for g in sharded if g is not None]).square()
+        plain = [g for g in plain if g is not None]
+        if plain:
+            plain_sq = torch.nn.utils.get_total_norm(plain).square().to(squares.device)
+            squares = squares + plain_sq / self.copies
+        return squares
+
     def _share_state(self) -> None:
         """One state per parameter, seen by both optimizers: state the DTensor optimizer holds
         (loaded from a checkpoint, or made by torch's state-dict API before any step) is updated
@@ -76,7 +94,9 @@ class LocalShardStep:
             if lp in local_state:
                 if p not in self.optimizer.state:
                     self.optimizer.state[p] = {
-                        k: _as_dtensor(v, p) if torch.is_tensor(v) and v.shape == lp.shape else v
+                        k: _as_dtensor(v, p)
+                        if lp is not p and torch.is_tensor(v) and v.shape == lp.shape
+                        else v
                         for k, v in local_state[lp].items()
                     }
             elif p in self.optimizer.state:

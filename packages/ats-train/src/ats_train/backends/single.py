@@ -84,7 +84,7 @@ class SingleBackend:
 
     def shard_experts(self, model: nn.Module) -> None:
         """Expert parallelism's sharding, before the optimizer is built: nothing here (config
-        refuses parallel.expert_parallel > 1 but with ddp)."""
+        refuses parallel.expert_parallel > 1 but with ddp or fsdp2)."""
         return None
 
     def state(self) -> dict[str, object]:

@@ -126,6 +126,12 @@ class ParallelSection:
             f"parallel.expert_parallel = {ep} runs with parallel.backend "
             f"{' or '.join(EXPERT_PARALLEL_BACKENDS)}, not {self.backend!r}",
         )
+        require(
+            ep == 1 or not self.fsdp2.cpu_offload,
+            f"parallel.expert_parallel = {ep} cannot run with parallel.fsdp2.cpu_offload = true: "
+            "the expert shards stay outside FSDP2 on the GPU while the offloaded parameters "
+            "step on the host (set expert_parallel = 1 or cpu_offload = false)",
+        )
         for backend in ("fsdp2", "deepspeed", "colossalai"):
             if backend == self.backend:
                 continue
@@ -142,8 +148,9 @@ class ParallelSection:
             )
 
 
-# the backends whose gradient reduction keeps the sharded experts apart (backends/ddp.py)
-EXPERT_PARALLEL_BACKENDS = ("ddp",)
+# the backends whose gradient reduction keeps the sharded experts apart (backends/ddp.py,
+# backends/fsdp2.py)
+EXPERT_PARALLEL_BACKENDS = ("ddp", "fsdp2")
 
 
 def check_expert_parallel(size: int, model: ModelConfig, world_size: int) -> None:

@@ -72,7 +72,7 @@ def _expert_shards(model: nn.Module) -> tuple[set[int], int]:
 
 
 def _weighted_squares(
-    local: list[torch.Tensor], params: list[nn.Parameter], shards: set[int], n_ranks: int
+    local: list[torch.Tensor], params: list[nn.Parameter], shards: set[int], n_ranks: float
 ) -> torch.Tensor:
     """_squares, the expert shards' part counted n_ranks times."""
     dense = [t for t, p in zip(local, params, strict=True) if id(p) not in shards]
@@ -184,6 +184,9 @@ class Orchestrator:
             return None
         params = list(run.model.parameters())
         shards, n_ranks = _expert_shards(run.model)
+        if any(isinstance(p, DTensor) for p in params):
+            # FSDP2: annotate sums over the ranks, and world / n_ranks of them hold each shard
+            n_ranks = n_ranks / run.collectives.world_size
         # matrices only: what weight decay acts on (norm gains at 1.0 would dominate a tiny model)
         weights = [p for p in params if p.ndim >= 2]
         matrices = [_local(p) for p in weights]
