@@ -50,27 +50,28 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
     return path
 
 
+def write_rows(directory: Path, kind: str) -> Path:
+    """directory/KIND.jsonl: 24 rows of kind sft-messages, sft-prompt, sft-text, dpo or grpo."""
+    ps = problems(24)
+    if kind == "sft-messages":
+        rows = [{"messages": [{"role": "user", "content": q},
+                              {"role": "assistant", "content": f"answer: {a}"}]} for q, a in ps]  # fmt: skip
+    elif kind == "sft-prompt":
+        rows = [{"prompt": q, "completion": f" answer: {a}"} for q, a in ps]
+    elif kind == "sft-text":
+        rows = [{"text": f"{q} answer: {a}"} for q, a in ps]
+    elif kind == "dpo":
+        rows = [{"prompt": q, "chosen": f" answer: {a}", "rejected": f" answer: {a + 1}"}
+                for q, a in ps]  # fmt: skip
+    else:
+        rows = [{"prompt": q, "answer": str(a)} for q, a in ps]
+    return write_jsonl(directory / f"{kind}.jsonl", rows)
+
+
 @pytest.fixture
 def rows_file(tmp_path: Path) -> Callable[[str], Path]:
-    """rows_file(kind) -> a JSONL file of 24 rows: sft-messages, sft-prompt, sft-text, dpo, grpo."""
-
-    def make(kind: str) -> Path:
-        ps = problems(24)
-        if kind == "sft-messages":
-            rows = [{"messages": [{"role": "user", "content": q},
-                                  {"role": "assistant", "content": f"answer: {a}"}]} for q, a in ps]  # fmt: skip
-        elif kind == "sft-prompt":
-            rows = [{"prompt": q, "completion": f" answer: {a}"} for q, a in ps]
-        elif kind == "sft-text":
-            rows = [{"text": f"{q} answer: {a}"} for q, a in ps]
-        elif kind == "dpo":
-            rows = [{"prompt": q, "chosen": f" answer: {a}", "rejected": f" answer: {a + 1}"}
-                    for q, a in ps]  # fmt: skip
-        else:
-            rows = [{"prompt": q, "answer": str(a)} for q, a in ps]
-        return write_jsonl(tmp_path / f"{kind}.jsonl", rows)
-
-    return make
+    """rows_file(kind) -> write_rows(tmp_path, kind)."""
+    return lambda kind: write_rows(tmp_path, kind)
 
 
 def post_overrides(model_dir: Path, data: Path, **extra: object) -> list[str]:

@@ -2,6 +2,7 @@
 resume, the model directory, and one-line errors with nothing written on bad input."""
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ from ats_train.cli import main
 from ats_train.metrics import read_metrics
 from safetensors.torch import load_file
 
-from conftest import make_model_dir, post_overrides, write_jsonl
+from conftest import make_model_dir, post_overrides, write_jsonl, write_rows
 
 KEYS = {
     "sft": ("loss", "completion_tokens"),
@@ -24,23 +25,40 @@ def _train(records: list[dict]) -> dict[int, dict]:
     return {r["step"]: r for r in records if r["kind"] == "train"}
 
 
+# two rewards and a KL term: the GRPO run test_runs_and_logs_trl_names checks and
+# test_grpo_resume_draws_the_same_completions resumes
+GRPO_EXTRA = {"grpo.rewards": '["exact_match","answer_format"]', "grpo.beta": 0.05}
+
+
+@pytest.fixture(scope="module")
+def runs(base_model, tmp_path_factory) -> Callable[[str, str, dict], Path]:
+    """runs(command, kind, extra) -> the run dir of `ats-train COMMAND` on write_rows(kind) rows
+    with post_overrides(**extra), trained once per module for each (command, kind, extra)."""
+    done: dict[str, Path] = {}
+
+    def run(command: str, kind: str, extra: dict) -> Path:
+        key = json.dumps([command, kind, extra], sort_keys=True)
+        if key not in done:
+            root = tmp_path_factory.mktemp(command)
+            args = [command, "--run-dir", str(root / "run")]
+            assert main([*args, *post_overrides(base_model, write_rows(root, kind), **extra)]) == 0
+            done[key] = root / "run"
+        return done[key]
+
+    return run
+
+
 @pytest.mark.parametrize(
     ("command", "kind", "extra"),
     [
         ("sft", "sft-messages", {}),
         ("sft", "sft-prompt", {"sft.packing": "false"}),
         ("dpo", "dpo", {"dpo.loss": "ipo", "dpo.reference": "precomputed"}),
-        ("grpo", "grpo", {"grpo.rewards": '["exact_match","answer_format"]', "grpo.beta": 0.05}),
+        ("grpo", "grpo", GRPO_EXTRA),
     ],
 )
-def test_runs_and_logs_trl_names(base_model, rows_file, tmp_path, command, kind, extra) -> None:
-    run = tmp_path / "run"
-    assert (
-        main(
-            [command, "--run-dir", str(run), *post_overrides(base_model, rows_file(kind), **extra)]
-        )
-        == 0
-    )
+def test_runs_and_logs_trl_names(runs, command, kind, extra) -> None:
+    run = runs(command, kind, extra)
     train = _train(read_metrics(run))
     assert sorted(train) == [1, 2, 3, 4]
     for key in KEYS[command]:
@@ -65,15 +83,14 @@ def test_sft_resume_is_exact(base_model, rows_file, tmp_path) -> None:
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_grpo_resume_draws_the_same_completions(base_model, rows_file, tmp_path) -> None:
-    data = rows_file("grpo")
-    full, cut = tmp_path / "full", tmp_path / "cut"
-    assert main(["grpo", "--run-dir", str(full), *post_overrides(base_model, data)]) == 0
-    assert (
-        main(["grpo", "--run-dir", str(cut), *post_overrides(base_model, data, train__steps=2)])
-        == 0
-    )
-    assert main(["grpo", "--run-dir", str(cut), *post_overrides(base_model, data)]) == 0
+def test_grpo_resume_draws_the_same_completions(base_model, runs, tmp_path) -> None:
+    """The run stopped after step 2 and resumed draws the completions (and gets the rewards and
+    losses) of the uninterrupted GRPO run that test_runs_and_logs_trl_names checks."""
+    full = runs("grpo", "grpo", GRPO_EXTRA)
+    data, cut = write_rows(tmp_path, "grpo"), tmp_path / "cut"
+    stop_at_2 = post_overrides(base_model, data, train__steps=2, **GRPO_EXTRA)
+    assert main(["grpo", "--run-dir", str(cut), *stop_at_2]) == 0
+    assert main(["grpo", "--run-dir", str(cut), *post_overrides(base_model, data, **GRPO_EXTRA)]) == 0
     want, got = _train(read_metrics(full)), _train(read_metrics(cut))
     for step in (3, 4):
         for key in ("loss", "reward", "completions/mean_length"):

@@ -4,13 +4,14 @@ on CPU, orchestrator in mode act evaluating every 5 steps."""
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import torch
 from ats_train.build import build_trainer
 from ats_train.config import load_config
+from ats_train.orchestrator import base
 from ats_train.orchestrator.decisions import read_decisions
 from ats_train.orchestrator.settings import OrchestratorSection
 from ats_train.trainer import Trainer
@@ -23,6 +24,8 @@ KIND_NAMES = tuple(OrchestratorSection().kinds())
 class Run:
     trainer: Trainer
     run_dir: Path
+    # the step of the newest record at each signals computation (clean_run only)
+    signal_steps: list[int] = field(default_factory=list)
 
     @property
     def decisions(self) -> list[dict]:
@@ -93,8 +96,20 @@ def train_run(prepared: tuple[Path, Path], run_dir: Path, extra: dict[str, objec
 
 @pytest.fixture(scope="session")
 def clean_run(prepared, tmp_path_factory) -> Run:
-    """The baseline: every kind enabled in mode act, no fault."""
-    return train_run(prepared, tmp_path_factory.mktemp("clean"), {})
+    """The baseline: every kind enabled in mode act, no fault; signal_steps records the step of
+    each signals computation the kinds asked for."""
+    steps: list[int] = []
+    real = base.compute_signals
+
+    def counting(records, val, flops_per_token):  # noqa: ANN001, ANN202
+        steps.append(records[-1]["step"])
+        return real(records, val, flops_per_token)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(base, "compute_signals", counting)
+        done = train_run(prepared, tmp_path_factory.mktemp("clean"), {})
+    done.signal_steps = steps
+    return done
 
 
 @pytest.fixture

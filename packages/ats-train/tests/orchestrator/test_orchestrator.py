@@ -8,7 +8,7 @@ import torch
 from ats_train.batch_geometry import BatchGeometry
 from ats_train.checkpoint import LATEST, checkpoints_dir
 from ats_train.config import load_config
-from ats_train.orchestrator import base, changes
+from ats_train.orchestrator import changes
 from ats_train.orchestrator.decisions import read_decisions
 from ats_train.run_handle import TrainerRunHandle
 from safetensors.torch import load_file
@@ -172,20 +172,12 @@ def test_repeated_advice_is_shown_once_per_advice_every_and_logged_always(tmp_pa
     assert "step 40: lr_cut" in shown[2] and "step 50: lr_cut" in shown[3]
 
 
-def test_kinds_judging_the_same_records_compute_the_signals_once(run, monkeypatch) -> None:
+def test_kinds_judging_the_same_records_compute_the_signals_once(clean_run) -> None:
     """A clean run fires nothing, so at every evaluation all every-N kinds see the same records:
     one signals computation per evaluation (every 5 steps, once min_records have accumulated),
-    not once per enabled kind."""
-    calls: list[int] = []
-    real = base.compute_signals
-
-    def counting(records, val, flops_per_token):  # noqa: ANN001, ANN202
-        calls.append(records[-1]["step"])
-        return real(records, val, flops_per_token)
-
-    monkeypatch.setattr(base, "compute_signals", counting)
-    done = run()
-    assert done.decisions == []
+    not once per enabled kind. conftest's clean_run counts the computations."""
+    calls = clean_run.signal_steps
+    assert clean_run.decisions == []
     assert len(calls) >= 4 and calls == sorted(set(calls))  # each evaluation once
     assert all(step % 5 == 0 for step in calls)
 
