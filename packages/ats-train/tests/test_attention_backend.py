@@ -94,7 +94,11 @@ def test_masked_runs_never_enable_cudnn() -> None:
 @pytest.mark.gpu
 def test_masked_order_gives_finite_grads_where_cudnn_nans() -> None:
     """pytorch#196678's case: key length 64 mod 128, every logit ~ -120 (logsumexp < -88.7), an
-    explicit mask. Under the masked order the gradients are finite and match the math backend."""
+    explicit mask. Under the masked order the gradients are finite and match float64 attention
+    written out by hand, to 2% of each gradient's largest entry. dq's first column is left out of
+    the match: every k[..., 0] is the same -960, so its exact value is 0 (a sum of dS over a row)
+    and bf16 rounding of dS, times 120, is all a kernel can return there (bf16 math: 17x dq's
+    scale, against 0.3% on the other columns)."""
     import math as m
 
     torch.manual_seed(0)
@@ -106,17 +110,21 @@ def test_masked_order_gives_finite_grads_where_cudnn_nans() -> None:
     mask = torch.ones(L, L, dtype=torch.bool, device="cuda").tril()[None, None]
     grad_out = torch.randn_like(v)
 
-    def grads(order: tuple[SDPBackend, ...]) -> list[torch.Tensor]:
-        qkv = [t.detach().clone().requires_grad_() for t in (q, k, v)]
-        with AttentionBackend(order, {}).context():
-            out = torch.nn.functional.scaled_dot_product_attention(*qkv, attn_mask=mask)
-        out.backward(grad_out)
-        return [t.grad.float() for t in qkv]
-
-    masked = grads(MASKED_ORDER)
+    qkv = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    with AttentionBackend(MASKED_ORDER, {}).context():
+        out = torch.nn.functional.scaled_dot_product_attention(*qkv, attn_mask=mask)
+    out.backward(grad_out)
+    masked = [t.grad.double() for t in qkv]
     assert all(torch.isfinite(g).all() for g in masked)
-    for ours, ref in zip(masked, grads((SDPBackend.MATH,)), strict=True):
-        torch.testing.assert_close(ours, ref, atol=2e-2, rtol=2e-2)
+
+    ref = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    logits = (ref[0] @ ref[1].transpose(-2, -1) / m.sqrt(D)).masked_fill(~mask, float("-inf"))
+    (logits.softmax(-1) @ ref[2]).backward(grad_out.double())
+    exact_grads = [ref[0].grad[..., 1:], ref[1].grad, ref[2].grad]
+    masked[0] = masked[0][..., 1:]
+    for name, ours, exact in zip("qkv", masked, exact_grads, strict=True):
+        err = (ours - exact).abs().max().item() / exact.abs().max().item()
+        assert err < 2e-2, f"d{name}: max error {err:.3g} of its largest entry"
 
 
 def test_config_rejects_an_unknown_backend(prepared) -> None:
