@@ -89,14 +89,9 @@ class Streak:
         self.slots = {(int(i), int(e)) for i, e in state["slots"]}
 
 
-class PruneExperts(Intervention):
-    """A lasting dead expert: the same expert's utilization under `min_utilization` (by `sigmas`
-    standard errors) at `evaluations` evaluations in a row. Action: every MoE layer drops its
-    `experts_dropped` least-used experts, keeping more than top_k."""
-
-    name = "prune_experts"
-    action = "drop the least-used expert of every MoE layer"
-    evidence = "per-step expert utilization over `evaluations` evaluations in a row"
+class StreakIntervention(Intervention):
+    """A kind that acts on the same expert beyond its limit at several evaluations in a row: the
+    streak is saved with the orchestrator state, so a resumed run acts at the same step."""
 
     def __init__(self, settings: KindSettings) -> None:
         super().__init__(settings)
@@ -107,6 +102,16 @@ class PruneExperts(Intervention):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.streak.load_state_dict(state["streak"])
+
+
+class PruneExperts(StreakIntervention):
+    """A lasting dead expert: the same expert's utilization under `min_utilization` (by `sigmas`
+    standard errors) at `evaluations` evaluations in a row. Action: every MoE layer drops its
+    `experts_dropped` least-used experts, keeping more than top_k."""
+
+    name = "prune_experts"
+    action = "drop the least-used expert of every MoE layer"
+    evidence = "per-step expert utilization over `evaluations` evaluations in a row"
 
     def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
         s, t = evidence.signals, self.settings.min_utilization
@@ -135,7 +140,7 @@ class PruneExperts(Intervention):
         return {"n_experts": [before, before - n_drop], "dropped": [None, dropped]}
 
 
-class SplitExpert(Intervention):
+class SplitExpert(StreakIntervention):
     """A lasting overloaded expert: the same expert's utilization over `max_utilization` (by
     `sigmas` standard errors) at `evaluations` evaluations in a row. Action: every MoE layer splits
     its most-used expert in two (weights, router row and optimizer state copied, the copy perturbed
@@ -144,16 +149,6 @@ class SplitExpert(Intervention):
     name = "split_expert"
     action = "split the most-used expert of every MoE layer"
     evidence = "per-step expert utilization over `evaluations` evaluations in a row"
-
-    def __init__(self, settings: KindSettings) -> None:
-        super().__init__(settings)
-        self.streak = Streak()
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"streak": self.streak.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.streak.load_state_dict(state["streak"])
 
     def check(self, evidence: Evidence, run: RunHandle, orch: OrchestratorState) -> Trigger | None:
         s, t = evidence.signals, self.settings.max_utilization
