@@ -19,12 +19,18 @@ of trainer and bare steps on one model (after a warm-up) and reports the median 
 mean step (the orchestrator's window work runs every 10 steps: a median step would hide it);
 "ratio" = trainer / bare. One JSON line per run.
 
+`--paired A,B` compares two runs directly instead: both trainers are built (two copies of the
+model), warmed up, then timed in alternating blocks (A, B, A, B, ...), so a drift of the device's
+speed between runs (seen on the H200: a bare 124m loop moved 10% from one run to the next) hits
+both alike; it prints the median and range over rounds of B's block time / A's.
+
 Shapes: `small` (default) is shakespeare.py's model scaled down so the host's work is a visible
 share of a CPU step; `shakespeare` is its full model (batch 64 x 256 bytes); `124m` is the
 124m-dense preset (batch 16 x 1024 tokens of a 2048-token vocab stand-in: the byte-level data).
 """
 
 import argparse
+import contextlib
 import json
 import platform
 import statistics
@@ -113,6 +119,25 @@ def measure(trainer: Trainer, steps: int, rounds: int) -> tuple[float, float]:
     return statistics.median(ours), statistics.median(bare)
 
 
+def paired(trainers: dict[str, Trainer], steps: int, rounds: int) -> list[float]:
+    """Per round, the second trainer's mean step time over the first's, blocks alternating."""
+    block = max(1, steps // rounds)
+    ratios = []
+    for _ in range(rounds):
+        times = []
+        for trainer in trainers.values():
+            t = time.perf_counter()
+            for _ in range(block):
+                trainer.train_step()
+            if trainer.backend.device.type == "cuda":
+                torch.cuda.synchronize()
+            times.append((time.perf_counter() - t) / block)
+        ratios.append(times[1] / times[0])
+    for trainer in trainers.values():
+        trainer.flush()
+    return ratios
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -124,13 +149,18 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=600, help="measured steps of each kind")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=30)
+    parser.add_argument("--paired", help="A,B: two runs timed in alternating blocks (B / A)")
     args = parser.parse_args()
+    names = args.paired.split(",") if args.paired else args.runs.split(",")
+    if args.paired and len(names) != 2:
+        parser.error(f"--paired takes two runs A,B, got {args.paired!r}")
     if args.device == "cpu":
         torch.set_num_threads(1)  # one core for the model, the other to the OS and writer threads
     with tempfile.TemporaryDirectory() as tmp:
         data = shakespeare.prepare(shakespeare.stdlib_text(Path(tmp)), Path(tmp) / "data")
-        for name in args.runs.split(","):
-            flat = {
+        configs = {}
+        for name in names:
+            configs[name] = {
                 **shakespeare.RUNS[args.model],
                 "data.source": str(data),
                 "train.steps": 100_000,  # the schedule's length, not how many run
@@ -147,6 +177,31 @@ def main() -> None:
                 ),
                 **RUNS[name],
             }
+        if args.paired:
+            with contextlib.ExitStack() as stack:
+                trainers = {}
+                for name, flat in configs.items():
+                    run_dir = Path(tmp) / f"run-{name}"
+                    run_dir.mkdir()
+                    trainers[name] = stack.enter_context(build_trainer(build_config(flat), run_dir))
+                    for _ in range(args.warmup):
+                        trainers[name].train_step()
+                ratios = paired(trainers, args.steps, args.rounds)
+            print(
+                json.dumps(
+                    {
+                        "name": f"step_overhead_{args.shape}_{args.model}_{names[1]}_over_{names[0]}",
+                        "median_ratio": round(statistics.median(ratios), 4),
+                        "range": [round(min(ratios), 4), round(max(ratios), 4)],
+                        "ratios": [round(r, 4) for r in ratios],
+                        "unit": f"mean step time of {names[1]} / {names[0]}, per round of alternating blocks",
+                        "hardware": f"{platform.processor() or 'cpu'}; torch {torch.__version__}",
+                    }
+                ),
+                flush=True,
+            )
+            return
+        for name, flat in configs.items():
             run_dir = Path(tmp) / f"run-{name}"
             run_dir.mkdir()
             with build_trainer(build_config(flat), run_dir) as trainer:
