@@ -68,9 +68,11 @@ void gpu_silu_mul(const float *g, const float *u, int64_t M, int64_t F, int64_t 
 void gpu_gather_rows(const float *src, const int32_t *rows, int64_t R, int64_t C, float *dst,
                      cudaStream_t st);
 
-/* out[i] = the first index of the largest of row i of x (R rows of V): logits_argmax's rule for
- * logits without NaN. */
-void gpu_argmax_rows(const float *x, int64_t R, int64_t V, int32_t *out, cudaStream_t st);
+/* out[i] = logits_argmax of row i of x (R rows of V): the first index of the largest value,
+ * NaN never larger (index 0 when x[0] is NaN); keys: gpu_argmax_parts(V) * R scratch. */
+int64_t gpu_argmax_parts(int64_t V);
+void gpu_argmax_rows(const float *x, int64_t R, int64_t V, unsigned long long *keys,
+                     int32_t *out, cudaStream_t st);
 
 /* MoE combine: y[n] = sum_j w[n, j] * ys[slot[n, j]] (slots in choice order, -1 = dropped)
  * + shared[n] when shared is not NULL; y (M, C). */

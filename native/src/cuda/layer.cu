@@ -95,47 +95,78 @@ void gpu_silu_mul(const float *g, const float *u, int64_t M, int64_t F, int64_t 
                                                                             xq.q, xq.d);
 }
 
-/* Block per row: each thread the first largest of its strided elements, then a block
- * reduction keeping the larger value, on a tie the lower index. */
-__global__ void argmax_rows(const float *__restrict__ x, int64_t V, int32_t *out) {
-    __shared__ float wv[THREADS / 32];
-    __shared__ int32_t wi[THREADS / 32];
-    const float *xr = x + (int64_t)blockIdx.x * V;
-    float bv = -INFINITY;
-    int32_t bi = INT32_MAX;
-    for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
-        const float v = xr[i];
-        if (bi == INT32_MAX || v > bv) {
-            bv = v;
-            bi = (int32_t)i;
-        }
-    }
+/* argmax_rows: the logits_argmax rule (index 0 unless a later value is strictly larger, the
+ * first of equal values, NaN never larger) in two passes. Pass 1: block (chunk c, row r) takes
+ * ARGMAX_CHUNK elements (ARGMAX_PER loads per thread, all issued before any is compared) and
+ * writes the largest key of its non-NaN elements, a key ordering by value, then by lower index
+ * (0: no element). Pass 2: one warp per row takes the largest of the row's chunk keys; index 0
+ * when x[0] is NaN (nothing compares larger than it). */
+static const int ARGMAX_PER = 8;
+static const int64_t ARGMAX_CHUNK = (int64_t)THREADS * ARGMAX_PER;
+
+int64_t gpu_argmax_parts(int64_t V) { return (V + ARGMAX_CHUNK - 1) / ARGMAX_CHUNK; }
+
+/* Value bits mapped to an unsigned order (negative floats reversed, -0 as +0) above the
+ * complement of the index: a larger key is a larger value or, for equal values, a lower index. */
+__device__ __forceinline__ unsigned long long argmax_key(float v, int64_t i) {
+    const unsigned u = v == 0.0f ? 0u : __float_as_uint(v);
+    const unsigned ord = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return ((unsigned long long)ord << 32) | (unsigned long long)(0xFFFFFFFFu - (unsigned)i);
+}
+
+__device__ __forceinline__ unsigned long long warp_max_key(unsigned long long k) {
     for (int o = 16; o > 0; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        const int32_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (ov > bv || (ov == bv && oi < bi)) {
-            bv = ov;
-            bi = oi;
-        }
+        const unsigned long long ok = __shfl_xor_sync(0xffffffffu, k, o);
+        k = ok > k ? ok : k;
     }
-    if ((threadIdx.x & 31) == 0) {
-        wv[threadIdx.x >> 5] = bv;
-        wi[threadIdx.x >> 5] = bi;
+    return k;
+}
+
+__global__ void argmax_chunks(const float *__restrict__ x, int64_t V, int64_t parts,
+                              unsigned long long *__restrict__ keys) {
+    __shared__ unsigned long long wk[THREADS / 32];
+    const int64_t r = blockIdx.y, i0 = (int64_t)blockIdx.x * ARGMAX_CHUNK + threadIdx.x;
+    const float *xr = x + r * V;
+    float v[ARGMAX_PER];
+#pragma unroll
+    for (int k = 0; k < ARGMAX_PER; k++) {
+        const int64_t i = i0 + (int64_t)k * THREADS;
+        v[k] = i < V ? xr[i] : NAN;
     }
+    unsigned long long best = 0;
+#pragma unroll
+    for (int k = 0; k < ARGMAX_PER; k++) {
+        const unsigned long long key = isnan(v[k]) ? 0ull : argmax_key(v[k], i0 + k * THREADS);
+        best = key > best ? key : best;
+    }
+    best = warp_max_key(best);
+    if ((threadIdx.x & 31) == 0) wk[threadIdx.x >> 5] = best;
     __syncthreads();
     if (threadIdx.x == 0) {
-        for (int w = 1; w < (int)blockDim.x / 32; w++) {
-            if (wv[w] > bv || (wv[w] == bv && wi[w] < bi)) {
-                bv = wv[w];
-                bi = wi[w];
-            }
-        }
-        out[blockIdx.x] = bi;
+        for (int w = 1; w < THREADS / 32; w++) best = wk[w] > best ? wk[w] : best;
+        keys[r * parts + blockIdx.x] = best;
     }
 }
 
-void gpu_argmax_rows(const float *x, int64_t R, int64_t V, int32_t *out, cudaStream_t st) {
-    argmax_rows<<<(unsigned)R, THREADS, 0, st>>>(x, V, out);
+__global__ void argmax_finish(const float *__restrict__ x, int64_t V, int64_t parts,
+                              const unsigned long long *__restrict__ keys, int32_t *out) {
+    const int64_t r = blockIdx.x;
+    unsigned long long best = 0;
+    for (int64_t c = threadIdx.x; c < parts; c += 32) {
+        const unsigned long long k = keys[r * parts + c];
+        best = k > best ? k : best;
+    }
+    best = warp_max_key(best);
+    if (threadIdx.x == 0) {
+        out[r] = isnan(x[r * V]) ? 0 : (int32_t)(0xFFFFFFFFu - (unsigned)(best & 0xFFFFFFFFu));
+    }
+}
+
+void gpu_argmax_rows(const float *x, int64_t R, int64_t V, unsigned long long *keys,
+                     int32_t *out, cudaStream_t st) {
+    const int64_t parts = gpu_argmax_parts(V);
+    argmax_chunks<<<dim3((unsigned)parts, (unsigned)R), THREADS, 0, st>>>(x, V, parts, keys);
+    argmax_finish<<<(unsigned)R, 32, 0, st>>>(x, V, parts, keys, out);
 }
 
 __global__ void gather_rows(const float *src, const int32_t *rows, int64_t C, float *dst) {

@@ -58,6 +58,7 @@ bool scratch_reserve(CudaSession *cs, const Config &c, int64_t M, int64_t R, std
         alloc(A, m * F * f4, &s.g, err) && alloc(A, m * F * f4, &s.u, err) &&
         alloc(A, r * C * f4, &s.xs, err) && alloc(A, r * C * f4, &s.hs, err) &&
         alloc(A, r * V * f4, &s.logits, err) && alloc(A, r * 4, &s.amax, err) &&
+        alloc(A, r * gpu_argmax_parts(V) * 8, &s.amax_keys, err) &&
         alloc(A, m * K * W, &s.xq, err) && alloc(A, m * K * W / 32 * f4, &s.xd, err) &&
         alloc(A, 4 * m * 4, &s.tok, err) &&
         alloc(A, m * E * f4, &s.rl, err) && alloc(A, m * K * C * f4, &s.xe, err) &&
@@ -242,7 +243,7 @@ bool cuda_session_forward(ats_session *sess, const int32_t *const *ids, const in
     std::vector<int32_t> tokens;
     if (last_tokens) { /* the greedy choices: R ids back instead of R rows of logits */
         tokens.resize((size_t)R);
-        gpu_argmax_rows(s.logits, R, V, s.amax, st);
+        gpu_argmax_rows(s.logits, R, V, s.amax_keys, s.amax, st);
         CUDA_TRY(cudaMemcpyAsync(tokens.data(), s.amax, (size_t)R * 4, cudaMemcpyDeviceToHost, st),
                  "token download");
     }

@@ -176,6 +176,56 @@ def test_logits_and_greedy_id_steps_match_cpu(saved_model) -> None:
     assert run(cpu, True) == ref and run(cuda, True) == ref and run(cuda, False) == ref
 
 
+def first_argmax(logits: np.ndarray) -> int:
+    """logits_argmax's rule: the first index of the largest value, NaN never larger (index 0 when
+    logits[0] is NaN)."""
+    return 0 if np.isnan(logits[0]) else int(np.nanargmax(logits))
+
+
+# (rows given twice the top logit's output row: exact ties above every other logit, rows made
+# NaN, the id logits_argmax picks) over a vocabulary of 5000: the GPU argmax's chunks of 2048
+ARGMAX_CASES = [
+    ([4999, 3000, 2048], [], 2048),
+    ([2048, 2047], [], 2047),
+    ([5, 6, 4097], [], 5),
+    ([0, 4999], [], 0),
+    (list(range(5000)), [], 0),
+    ([3000], [0], 0),
+    ([3001, 4000], [10, 3000, 4999], 3001),
+    ([4096], list(range(2048, 4096)), 4096),
+    ([4999], list(range(1, 4999)), 4999),
+]
+
+
+@gpu
+@pytest.mark.parametrize(("top", "nan", "want"), ARGMAX_CASES)
+def test_greedy_ids_keep_the_argmax_rule_on_ties_and_nan(
+    saved_model, tmp_path, top: list[int], nan: list[int], want: int
+) -> None:
+    model, directory = saved_model("tiny-dense", vocab_size=5000, tie_embeddings=False)
+    prompt = random_ids(5000, (7,), 6)
+    best = int(ats_native.Model(str(directory), threads=1).logits(prompt)[-1].argmax())
+    model = copy.deepcopy(model)
+    with torch.no_grad():  # doubling a row doubles its logit exactly; a NaN row's logit is NaN
+        w = model.output.weight
+        w[top] = 2 * w[best].clone()
+        w[nan] = float("nan")
+    save_pretrained(model, tmp_path)
+    cpu = ats_native.Model(str(tmp_path), threads=1)
+    logits = cpu.logits(prompt)[-1]
+    assert len(set(logits[top].tolist())) == 1 and np.isnan(logits[nan]).all()
+    assert first_argmax(logits) == want
+
+    def greedy_ids(m: ats_native.Model) -> list[int]:  # no logprobs: the ids come back alone
+        batch = ats_native.Batch(m, n_slots=2, max_len=16)
+        for slot in (0, 1):
+            batch.start(slot, prompt, 1)
+        return sorted(token for _, token, *_ in batch.step(0))
+
+    assert greedy_ids(cpu) == [want, want]
+    assert greedy_ids(ats_native.Model(str(tmp_path), device="cuda")) == [want, want]
+
+
 @gpu
 def test_bad_graphs_setting_is_a_clear_error(saved_model, monkeypatch) -> None:
     cuda = ats_native.Model(str(saved_model("tiny-dense")[1]), device="cuda")
