@@ -40,31 +40,57 @@ __device__ double block_sum(double v, double *shared) {
     return s;
 }
 
-/* One block per row; with xq.q set, each warp's pass over 32 consecutive elements (C % 32 == 0,
- * THREADS % 32 == 0) is one Q8_0 block of the output. y never aliases x (__restrict__: the
- * loads of a pass are issued together, not one store's latency apart). */
-__global__ void rms_norm(const float *__restrict__ x, const float *__restrict__ w, int64_t C,
-                         double eps, float *__restrict__ y, int8_t *__restrict__ q,
-                         float *__restrict__ d) {
-    __shared__ double part[THREADS / 32];
-    const int64_t r = blockIdx.x;
+/* rms_norm: one block per row, NORM_PER elements of x and of w per thread loaded into registers
+ * at once (element k * T + t of thread t, coalesced), the sum of squares in double reduced
+ * across the block with one barrier, y written from the registers; with q set (C % 32 == 0,
+ * T % 32 == 0) the 32 lanes of a warp hold one Q8_0 block of the output per k. Elements past
+ * NORM_PER * 1024 (rows longer than the registers hold) are read again from x. */
+static const int NORM_PER = 8;
+static const int NORM_MAX_THREADS = 1024;
+
+__global__ void __launch_bounds__(NORM_MAX_THREADS)
+    rms_norm(const float *__restrict__ x, const float *__restrict__ w, int64_t C, double eps,
+             float *__restrict__ y, int8_t *__restrict__ q, float *__restrict__ d) {
+    __shared__ double part[NORM_MAX_THREADS / 32];
+    const int64_t T = blockDim.x, t = threadIdx.x, r = blockIdx.x, lane = t & 31;
     const float *xr = x + r * C;
+    float v[NORM_PER], wv[NORM_PER];
+#pragma unroll
+    for (int k = 0; k < NORM_PER; k++) {
+        const int64_t i = k * T + t;
+        v[k] = i < C ? xr[i] : 0.0f;
+        wv[k] = i < C ? w[i] : 0.0f;
+    }
     double ss = 0.0;
-#pragma unroll 4
-    for (int64_t i = threadIdx.x; i < C; i += blockDim.x) ss += (double)xr[i] * xr[i];
-    ss = block_sum(ss, part);
+#pragma unroll
+    for (int k = 0; k < NORM_PER; k++) ss += (double)v[k] * v[k];
+    for (int64_t i = NORM_PER * T + t; i < C; i += T) ss += (double)xr[i] * xr[i];
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if (lane == 0) part[t >> 5] = ss;
+    __syncthreads();
+    ss = part[0];
+    for (int i = 1; i < (int)(T >> 5); i++) ss += part[i];
     const float inv = (float)(1.0 / sqrt(ss / (double)C + eps));
-#pragma unroll 4
-    for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
-        const float v = __fmul_rn(__fmul_rn(xr[i], inv), w[i]);
-        y[r * C + i] = v;
-        if (q) quantize_block(v, (r * C + i) / 32, q, d);
+#pragma unroll
+    for (int k = 0; k < NORM_PER; k++) {
+        const int64_t i = k * T + t;
+        const float o = __fmul_rn(__fmul_rn(v[k], inv), wv[k]);
+        if (i < C) y[r * C + i] = o;
+        if (q && i - lane < C) quantize_block(o, (r * C + i) / 32, q, d);
+    }
+    for (int64_t i = NORM_PER * T + t; i - lane < C; i += T) {
+        const float o = i < C ? __fmul_rn(__fmul_rn(xr[i], inv), w[i]) : 0.0f;
+        if (i < C) y[r * C + i] = o;
+        if (q) quantize_block(o, (r * C + i) / 32, q, d);
     }
 }
 
 void gpu_rms_norm(const float *x, const float *w, int64_t M, int64_t C, double eps, float *y,
                   GpuQAct xq, cudaStream_t st) {
-    rms_norm<<<(unsigned)M, THREADS, 0, st>>>(x, w, C, eps, y, xq.q, xq.d);
+    /* threads: NORM_PER elements each, whole warps, 64 to NORM_MAX_THREADS */
+    int64_t threads = (C + NORM_PER * 32 - 1) / (NORM_PER * 32) * 32;
+    threads = threads < 64 ? 64 : threads > NORM_MAX_THREADS ? NORM_MAX_THREADS : threads;
+    rms_norm<<<(unsigned)M, (unsigned)threads, 0, st>>>(x, w, C, eps, y, xq.q, xq.d);
 }
 
 __global__ void add(const float *a, const float *b, int64_t n, float *y) {

@@ -111,6 +111,25 @@ def test_quantized_logits_match_cpu(quantized_dirs, scheme: str) -> None:
 
 
 @gpu
+@pytest.mark.parametrize("dim", [2048, 9216])  # rms_norm: rows in registers; 8192 in them + more
+@pytest.mark.parametrize("scheme", ["float", "int8"])  # y alone; y and its Q8_0 blocks
+def test_wide_rows_match_cpu(saved_model, tmp_path, dim: int, scheme: str) -> None:
+    changes = dict(dim=dim, n_layer=1, n_head=2, n_kv_head=1, head_dim=64, ffn_dim=256)
+    _, directory = saved_model("tiny-dense", **changes)
+    path = str(directory)
+    if scheme != "float":
+        path = str(quantize_model_dir(directory, tmp_path / scheme, *SCHEMES[scheme]))
+    cpu = ats_native.Model(path, threads=2)
+    cuda = ats_native.Model(path, device="cuda")
+    ids = random_ids(cpu.vocab_size, (2, 5), 7)
+    errs = token_rel_errs(cuda.logits(ids), cpu.logits(ids))
+    if scheme == "float":
+        assert errs.max() < FLOAT_REL_TOL, errs
+    else:
+        assert_int_parity(errs)
+
+
+@gpu
 @pytest.mark.parametrize("graphs", ["1", "0"])  # decode steps replayed from CUDA graphs, or not
 @pytest.mark.parametrize("scheme", ["float", *SCHEMES])
 def test_greedy_generation_matches_cpu(
