@@ -195,6 +195,36 @@ def test_logits_and_greedy_id_steps_match_cpu(saved_model) -> None:
     assert run(cpu, True) == ref and run(cuda, True) == ref and run(cuda, False) == ref
 
 
+@gpu
+@pytest.mark.parametrize("graphs", ["1", "0"])  # splits sized by the cache's max_len, or by pos
+@pytest.mark.parametrize("n_prompt", [1, 40, 3000])
+def test_decode_over_split_keys_matches_cpu(
+    saved_model, monkeypatch, graphs: str, n_prompt: int
+) -> None:
+    # a decode step's attention splits the key slots over blocks (1 to 48 splits here): tokens
+    # and the top logprobs of every step as the CPU's, 1 to 3020 keys
+    monkeypatch.setenv("ATS_CUDA_GRAPHS", graphs)
+    path = str(saved_model("tiny-dense", max_seq_len=4096)[1])
+    prompt = random_ids(512, (n_prompt,), 8)
+
+    def run(model: ats_native.Model) -> tuple[list[int], np.ndarray]:
+        batch = ats_native.Batch(model, n_slots=1, max_len=3072)
+        batch.start(0, prompt, 20, logprobs=True, top_logprobs=5)
+        tokens, logprobs = [], []
+        while batch.busy(0):
+            for _, token, _, logprob, top in batch.step(0):
+                tokens.append(token)
+                logprobs.append([logprob, *(lp for _, lp in top)])
+        return tokens, np.array(logprobs)
+
+    (ours, our_lp), (theirs, their_lp) = (
+        run(ats_native.Model(path, device="cuda")),
+        run(ats_native.Model(path, threads=2)),
+    )
+    assert ours == theirs and len(set(theirs)) > 3
+    assert np.abs(our_lp - their_lp).max() < FLOAT_REL_TOL * np.abs(their_lp).max()
+
+
 def first_argmax(logits: np.ndarray) -> int:
     """logits_argmax's rule: the first index of the largest value, NaN never larger (index 0 when
     logits[0] is NaN)."""
