@@ -68,9 +68,11 @@ void gpu_silu_mul(const float *g, const float *u, int64_t M, int64_t F, int64_t 
 void gpu_gather_rows(const float *src, const int32_t *rows, int64_t R, int64_t C, float *dst,
                      cudaStream_t st);
 
-/* out[i] = the first index of the largest of row i of x (R rows of V): logits_argmax's rule for
- * logits without NaN. */
-void gpu_argmax_rows(const float *x, int64_t R, int64_t V, int32_t *out, cudaStream_t st);
+/* out[i] = logits_argmax of row i of x (R rows of V): the first index of the largest value,
+ * NaN never larger (index 0 when x[0] is NaN); keys: gpu_argmax_parts(V) * R scratch. */
+int64_t gpu_argmax_parts(int64_t V);
+void gpu_argmax_rows(const float *x, int64_t R, int64_t V, unsigned long long *keys,
+                     int32_t *out, cudaStream_t st);
 
 /* MoE combine: y[n] = sum_j w[n, j] * ys[slot[n, j]] (slots in choice order, -1 = dropped)
  * + shared[n] when shared is not NULL; y (M, C). */
@@ -93,12 +95,16 @@ void gpu_rope_cache(float *qkv, int64_t ld, const float *cos_t, const float *sin
                     int64_t hd, GpuKV kv, cudaStream_t st);
 /* Causal GQA attention of every row (query q + r * ld) over the valid slots <= its position
  * of its sequence: out (M, NH*hd), and xq = Q8_0(out) when xq.q is not NULL (hd % 32 == 0).
- * max_pos bounds every row's position (sizes the scores in shared memory). */
+ * max_pos bounds every row's position (sizes the splits of the key slots and their scores in
+ * shared memory); part: gpu_attention_part_floats(M, NH, hd) scratch for the splits. */
 void gpu_attention(const float *q, int64_t ld, const int32_t *seq, const int32_t *pos,
                    int64_t M, int64_t NH, int64_t NKV, int64_t hd, int64_t max_pos, GpuKV kv,
-                   float *out, GpuQAct xq, cudaStream_t st);
-/* The most key slots gpu_attention takes (its scores live in shared memory). */
+                   float *part, float *out, GpuQAct xq, cudaStream_t st);
+int64_t gpu_attention_part_floats(int64_t M, int64_t NH, int64_t hd);
+/* The most key slots gpu_attention takes (a row's scores may live in one block's shared
+ * memory) and the largest head_dim it takes. */
 int64_t gpu_attention_max_keys(int64_t hd);
+int64_t gpu_attention_max_head_dim();
 /* Marks slots [0, max_len) of sequence b invalid in every layer's validity array. */
 void gpu_clear_valid(uint8_t *valid, int64_t b, int64_t max_len, cudaStream_t st);
 

@@ -1,8 +1,8 @@
 /* Row-wise kernels of a block on the GPU: embedding lookup, RMSNorm, residual adds, SwiGLU's
  * gate (quantizing their outputs for the next integer matmul), RoPE with the KV cache write,
- * and causal GQA attention over the cache (one thread block per (row, query head), scores in
- * shared memory). Each mirrors its CPU counterpart in
- * src/runtime (ffn.cpp norm_row, attention.cpp rope_row / softmax_values). */
+ * and causal GQA attention over the cache (a thread block per (row, query head, split of the
+ * key slots), scores in shared memory, then a pass combining the splits). Each mirrors its CPU
+ * counterpart in src/runtime (ffn.cpp norm_row, attention.cpp rope_row / softmax_values). */
 #include <math.h>
 
 #include "kernels.cuh"
@@ -40,31 +40,57 @@ __device__ double block_sum(double v, double *shared) {
     return s;
 }
 
-/* One block per row; with xq.q set, each warp's pass over 32 consecutive elements (C % 32 == 0,
- * THREADS % 32 == 0) is one Q8_0 block of the output. y never aliases x (__restrict__: the
- * loads of a pass are issued together, not one store's latency apart). */
-__global__ void rms_norm(const float *__restrict__ x, const float *__restrict__ w, int64_t C,
-                         double eps, float *__restrict__ y, int8_t *__restrict__ q,
-                         float *__restrict__ d) {
-    __shared__ double part[THREADS / 32];
-    const int64_t r = blockIdx.x;
+/* rms_norm: one block per row, NORM_PER elements of x and of w per thread loaded into registers
+ * at once (element k * T + t of thread t, coalesced), the sum of squares in double reduced
+ * across the block with one barrier, y written from the registers; with q set (C % 32 == 0,
+ * T % 32 == 0) the 32 lanes of a warp hold one Q8_0 block of the output per k. Elements past
+ * NORM_PER * 1024 (rows longer than the registers hold) are read again from x. */
+static const int NORM_PER = 8;
+static const int NORM_MAX_THREADS = 1024;
+
+__global__ void __launch_bounds__(NORM_MAX_THREADS)
+    rms_norm(const float *__restrict__ x, const float *__restrict__ w, int64_t C, double eps,
+             float *__restrict__ y, int8_t *__restrict__ q, float *__restrict__ d) {
+    __shared__ double part[NORM_MAX_THREADS / 32];
+    const int64_t T = blockDim.x, t = threadIdx.x, r = blockIdx.x, lane = t & 31;
     const float *xr = x + r * C;
+    float v[NORM_PER], wv[NORM_PER];
+#pragma unroll
+    for (int k = 0; k < NORM_PER; k++) {
+        const int64_t i = k * T + t;
+        v[k] = i < C ? xr[i] : 0.0f;
+        wv[k] = i < C ? w[i] : 0.0f;
+    }
     double ss = 0.0;
-#pragma unroll 4
-    for (int64_t i = threadIdx.x; i < C; i += blockDim.x) ss += (double)xr[i] * xr[i];
-    ss = block_sum(ss, part);
+#pragma unroll
+    for (int k = 0; k < NORM_PER; k++) ss += (double)v[k] * v[k];
+    for (int64_t i = NORM_PER * T + t; i < C; i += T) ss += (double)xr[i] * xr[i];
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if (lane == 0) part[t >> 5] = ss;
+    __syncthreads();
+    ss = part[0];
+    for (int i = 1; i < (int)(T >> 5); i++) ss += part[i];
     const float inv = (float)(1.0 / sqrt(ss / (double)C + eps));
-#pragma unroll 4
-    for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
-        const float v = __fmul_rn(__fmul_rn(xr[i], inv), w[i]);
-        y[r * C + i] = v;
-        if (q) quantize_block(v, (r * C + i) / 32, q, d);
+#pragma unroll
+    for (int k = 0; k < NORM_PER; k++) {
+        const int64_t i = k * T + t;
+        const float o = __fmul_rn(__fmul_rn(v[k], inv), wv[k]);
+        if (i < C) y[r * C + i] = o;
+        if (q && i - lane < C) quantize_block(o, (r * C + i) / 32, q, d);
+    }
+    for (int64_t i = NORM_PER * T + t; i - lane < C; i += T) {
+        const float o = i < C ? __fmul_rn(__fmul_rn(xr[i], inv), w[i]) : 0.0f;
+        if (i < C) y[r * C + i] = o;
+        if (q) quantize_block(o, (r * C + i) / 32, q, d);
     }
 }
 
 void gpu_rms_norm(const float *x, const float *w, int64_t M, int64_t C, double eps, float *y,
                   GpuQAct xq, cudaStream_t st) {
-    rms_norm<<<(unsigned)M, THREADS, 0, st>>>(x, w, C, eps, y, xq.q, xq.d);
+    /* threads: NORM_PER elements each, whole warps, 64 to NORM_MAX_THREADS */
+    int64_t threads = (C + NORM_PER * 32 - 1) / (NORM_PER * 32) * 32;
+    threads = threads < 64 ? 64 : threads > NORM_MAX_THREADS ? NORM_MAX_THREADS : threads;
+    rms_norm<<<(unsigned)M, (unsigned)threads, 0, st>>>(x, w, C, eps, y, xq.q, xq.d);
 }
 
 __global__ void add(const float *a, const float *b, int64_t n, float *y) {
@@ -95,47 +121,78 @@ void gpu_silu_mul(const float *g, const float *u, int64_t M, int64_t F, int64_t 
                                                                             xq.q, xq.d);
 }
 
-/* Block per row: each thread the first largest of its strided elements, then a block
- * reduction keeping the larger value, on a tie the lower index. */
-__global__ void argmax_rows(const float *__restrict__ x, int64_t V, int32_t *out) {
-    __shared__ float wv[THREADS / 32];
-    __shared__ int32_t wi[THREADS / 32];
-    const float *xr = x + (int64_t)blockIdx.x * V;
-    float bv = -INFINITY;
-    int32_t bi = INT32_MAX;
-    for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
-        const float v = xr[i];
-        if (bi == INT32_MAX || v > bv) {
-            bv = v;
-            bi = (int32_t)i;
-        }
-    }
+/* argmax_rows: the logits_argmax rule (index 0 unless a later value is strictly larger, the
+ * first of equal values, NaN never larger) in two passes. Pass 1: block (chunk c, row r) takes
+ * ARGMAX_CHUNK elements (ARGMAX_PER loads per thread, all issued before any is compared) and
+ * writes the largest key of its non-NaN elements, a key ordering by value, then by lower index
+ * (0: no element). Pass 2: one warp per row takes the largest of the row's chunk keys; index 0
+ * when x[0] is NaN (nothing compares larger than it). */
+static const int ARGMAX_PER = 8;
+static const int64_t ARGMAX_CHUNK = (int64_t)THREADS * ARGMAX_PER;
+
+int64_t gpu_argmax_parts(int64_t V) { return (V + ARGMAX_CHUNK - 1) / ARGMAX_CHUNK; }
+
+/* Value bits mapped to an unsigned order (negative floats reversed, -0 as +0) above the
+ * complement of the index: a larger key is a larger value or, for equal values, a lower index. */
+__device__ __forceinline__ unsigned long long argmax_key(float v, int64_t i) {
+    const unsigned u = v == 0.0f ? 0u : __float_as_uint(v);
+    const unsigned ord = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return ((unsigned long long)ord << 32) | (unsigned long long)(0xFFFFFFFFu - (unsigned)i);
+}
+
+__device__ __forceinline__ unsigned long long warp_max_key(unsigned long long k) {
     for (int o = 16; o > 0; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        const int32_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (ov > bv || (ov == bv && oi < bi)) {
-            bv = ov;
-            bi = oi;
-        }
+        const unsigned long long ok = __shfl_xor_sync(0xffffffffu, k, o);
+        k = ok > k ? ok : k;
     }
-    if ((threadIdx.x & 31) == 0) {
-        wv[threadIdx.x >> 5] = bv;
-        wi[threadIdx.x >> 5] = bi;
+    return k;
+}
+
+__global__ void argmax_chunks(const float *__restrict__ x, int64_t V, int64_t parts,
+                              unsigned long long *__restrict__ keys) {
+    __shared__ unsigned long long wk[THREADS / 32];
+    const int64_t r = blockIdx.y, i0 = (int64_t)blockIdx.x * ARGMAX_CHUNK + threadIdx.x;
+    const float *xr = x + r * V;
+    float v[ARGMAX_PER];
+#pragma unroll
+    for (int k = 0; k < ARGMAX_PER; k++) {
+        const int64_t i = i0 + (int64_t)k * THREADS;
+        v[k] = i < V ? xr[i] : NAN;
     }
+    unsigned long long best = 0;
+#pragma unroll
+    for (int k = 0; k < ARGMAX_PER; k++) {
+        const unsigned long long key = isnan(v[k]) ? 0ull : argmax_key(v[k], i0 + k * THREADS);
+        best = key > best ? key : best;
+    }
+    best = warp_max_key(best);
+    if ((threadIdx.x & 31) == 0) wk[threadIdx.x >> 5] = best;
     __syncthreads();
     if (threadIdx.x == 0) {
-        for (int w = 1; w < (int)blockDim.x / 32; w++) {
-            if (wv[w] > bv || (wv[w] == bv && wi[w] < bi)) {
-                bv = wv[w];
-                bi = wi[w];
-            }
-        }
-        out[blockIdx.x] = bi;
+        for (int w = 1; w < THREADS / 32; w++) best = wk[w] > best ? wk[w] : best;
+        keys[r * parts + blockIdx.x] = best;
     }
 }
 
-void gpu_argmax_rows(const float *x, int64_t R, int64_t V, int32_t *out, cudaStream_t st) {
-    argmax_rows<<<(unsigned)R, THREADS, 0, st>>>(x, V, out);
+__global__ void argmax_finish(const float *__restrict__ x, int64_t V, int64_t parts,
+                              const unsigned long long *__restrict__ keys, int32_t *out) {
+    const int64_t r = blockIdx.x;
+    unsigned long long best = 0;
+    for (int64_t c = threadIdx.x; c < parts; c += 32) {
+        const unsigned long long k = keys[r * parts + c];
+        best = k > best ? k : best;
+    }
+    best = warp_max_key(best);
+    if (threadIdx.x == 0) {
+        out[r] = isnan(x[r * V]) ? 0 : (int32_t)(0xFFFFFFFFu - (unsigned)(best & 0xFFFFFFFFu));
+    }
+}
+
+void gpu_argmax_rows(const float *x, int64_t R, int64_t V, unsigned long long *keys,
+                     int32_t *out, cudaStream_t st) {
+    const int64_t parts = gpu_argmax_parts(V);
+    argmax_chunks<<<dim3((unsigned)parts, (unsigned)R), THREADS, 0, st>>>(x, V, parts, keys);
+    argmax_finish<<<(unsigned)R, 32, 0, st>>>(x, V, parts, keys, out);
 }
 
 __global__ void gather_rows(const float *src, const int32_t *rows, int64_t C, float *dst) {
@@ -206,75 +263,138 @@ void gpu_rope_cache(float *qkv, int64_t ld, const float *cos_t, const float *sin
     rope_cache<<<grid, THREADS, 0, st>>>(qkv, ld, cos_t, sin_t, seq, pos, NH, NKV, hd, kv);
 }
 
-static const int ATT_THREADS = 256;
+static const int ATT_THREADS = 256, ATT_WARPS = ATT_THREADS / 32;
+static const int ATT_KEYS = 4;           /* keys per warp in flight in the scores pass */
+static const int64_t ATT_MIN_SPLIT = 64; /* key slots per split at least */
+static const int64_t ATT_BLOCKS = 1024;  /* splits grow a small grid to about this many blocks */
+static const int64_t ATT_MAX_HD = 256;
 
 /* Threads per key group of the p @ V pass: hd when it fits the block, else the block. */
 __host__ __device__ inline int64_t att_span(int64_t hd) {
     return hd < ATT_THREADS ? hd : ATT_THREADS;
 }
 
-/* Block (row r, query head h). Scores: one thread per key slot <= pos (a dot over the head
- * dimensions, the query in shared memory); softmax (max, exp, double sum); then p @ V with
- * the threads split into key groups (group g takes slots g, g + G, ...; a thread one head
- * dimension), the G partial sums added in group order, the output quantized when oq is set.
- * Shared memory: hd query values, G * hd partial sums, then one score per slot. */
-__global__ void attention(const float *q, int64_t ld, const int32_t *seq, const int32_t *pos,
-                          int64_t NH, int64_t NKV, int64_t hd, GpuKV kv, float *out, int8_t *oq,
-                          float *od) {
+/* attention_split, block (row r, query head h, split s): the key slots [s L, s L + L) below
+ * n = pos[r] + 1 (none: the block returns). Scores: a warp per key slot, ATT_KEYS slots per
+ * warp loaded at once, lanes over the head dimensions (HDL per lane: a slot's row read
+ * coalesced), a shuffle sum; softmax within the split (max m, exp, double sum l); then p @ V
+ * with the threads split into key groups (group g takes slots g, g + G, ...; a thread one head
+ * dimension), the G partial sums added in group order. Writes part (M, NH, S, hd + 2): the
+ * unnormalized sums, m, l. Shared memory: G * hd partial sums, then one score per slot. */
+template <int HDL>
+__global__ void __launch_bounds__(ATT_THREADS)
+    attention_split(const float *q, int64_t ld, const int32_t *seq, const int32_t *pos,
+                    int64_t NH, int64_t NKV, int64_t hd, int64_t L, GpuKV kv, float *part) {
     extern __shared__ float smem[];
-    __shared__ double part[ATT_THREADS / 32];
-    __shared__ float fpart[ATT_THREADS / 32];
+    __shared__ double dsum[ATT_WARPS];
+    __shared__ float fmax_[ATT_WARPS];
+    const int64_t r = blockIdx.x, h = blockIdx.y, s = blockIdx.z, S = gridDim.z;
+    const int64_t n = (int64_t)pos[r] + 1, j0 = s * L;
+    if (j0 >= n) return;
+    const int64_t cnt = n - j0 < L ? n - j0 : L;
     const int64_t span = att_span(hd), G = ATT_THREADS / span;
-    float *qs = smem, *pv = smem + hd, *sc = pv + G * hd;
-    const int64_t r = blockIdx.x, h = blockIdx.y, kvh = h / (NH / NKV), KV = NKV * hd;
-    const int64_t base = (int64_t)seq[r] * kv.max_len, n = (int64_t)pos[r] + 1;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    float *pv = smem, *sc = smem + G * hd;
+    const int64_t kvh = h / (NH / NKV), KV = NKV * hd;
+    const int64_t base = (int64_t)seq[r] * kv.max_len + j0;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const float scale = 1.0f / sqrtf((float)hd);
-    for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = q[r * ld + h * hd + d];
-    __syncthreads();
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-        const float *kr = kv.k + (base + j) * KV + kvh * hd;
-        float s = 0.0f;
-#pragma unroll 8
-        for (int64_t d = 0; d < hd; d++) s = fmaf(qs[d], kr[d], s);
-        sc[j] = kv.valid[base + j] ? s * scale : -INFINITY;
+    float qv[HDL];
+#pragma unroll
+    for (int i = 0; i < HDL; i++) {
+        const int64_t d = lane + 32 * i;
+        qv[i] = d < hd ? q[r * ld + h * hd + d] : 0.0f;
     }
-    float mx = -INFINITY;
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) mx = fmaxf(mx, sc[j]);
-    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    if (lane == 0) fpart[warp] = mx;
+    const float *kb = kv.k + base * KV + kvh * hd;
+    for (int64_t j = (int64_t)warp * ATT_KEYS; j < cnt; j += ATT_WARPS * ATT_KEYS) {
+        float kr[ATT_KEYS][HDL];
+        bool ok[ATT_KEYS];
+#pragma unroll
+        for (int u = 0; u < ATT_KEYS; u++) {
+            const bool in = j + u < cnt;
+            ok[u] = in && kv.valid[base + j + u];
+#pragma unroll
+            for (int i = 0; i < HDL; i++) {
+                const int64_t d = lane + 32 * i;
+                kr[u][i] = in && d < hd ? kb[(j + u) * KV + d] : 0.0f;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < ATT_KEYS; u++) {
+            float dot = 0.0f;
+#pragma unroll
+            for (int i = 0; i < HDL; i++) dot = fmaf(qv[i], kr[u][i], dot);
+            for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+            if (lane == 0 && j + u < cnt) sc[j + u] = ok[u] ? dot * scale : -INFINITY;
+        }
+    }
     __syncthreads();
-    mx = fpart[0];
-    for (int i = 1; i < nw; i++) mx = fmaxf(mx, fpart[i]);
+    float mx = -INFINITY;
+    for (int64_t j = threadIdx.x; j < cnt; j += ATT_THREADS) mx = fmaxf(mx, sc[j]);
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    if (lane == 0) fmax_[warp] = mx;
+    __syncthreads();
+    mx = fmax_[0];
+    for (int i = 1; i < ATT_WARPS; i++) mx = fmaxf(mx, fmax_[i]);
     double sum = 0.0;
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-        const float e = kv.valid[base + j] ? expf(sc[j] - mx) : 0.0f;
+    for (int64_t j = threadIdx.x; j < cnt; j += ATT_THREADS) {
+        const float e = sc[j] == -INFINITY ? 0.0f : expf(sc[j] - mx); /* invalid slots: 0 */
         sc[j] = e;
         sum += e;
     }
-    sum = block_sum(sum, part); /* its barriers also publish sc */
-    const float inv = (float)(1.0 / sum);
+    sum = block_sum(sum, dsum); /* its barriers also publish sc */
     const int64_t g = threadIdx.x / span;
     if (g < G) {
         const float *vb = kv.v + base * KV + kvh * hd;
         for (int64_t d = threadIdx.x % span; d < hd; d += span) {
             float acc = 0.0f;
 #pragma unroll 4
-            for (int64_t j = g; j < n; j += G) {
+            for (int64_t j = g; j < cnt; j += G) {
                 const float p = sc[j], vv = vb[j * KV + d];
-                acc = p != 0.0f ? fmaf(p * inv, vv, acc) : acc; /* invalid slots: p == 0 */
+                acc = p != 0.0f ? fmaf(p, vv, acc) : acc; /* invalid slots: p == 0 */
             }
             pv[g * hd + d] = acc;
         }
     }
     __syncthreads();
-    for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
+    float *out = part + ((r * NH + h) * S + s) * (hd + 2);
+    for (int64_t d = threadIdx.x; d < hd; d += ATT_THREADS) {
         float acc = pv[d];
         for (int64_t i = 1; i < G; i++) acc += pv[i * hd + d];
-        const int64_t o = r * NH * hd + h * hd + d;
-        out[o] = acc;
-        if (oq) quantize_block(acc, o / 32, oq, od); /* hd % 32 == 0: whole warps, whole blocks */
+        out[d] = acc;
     }
+    if (threadIdx.x == 0) {
+        out[hd] = mx;
+        out[hd + 1] = (float)sum;
+    }
+}
+
+/* Block (row r, query head h), a thread per head dimension (blockDim: hd rounded up to whole
+ * warps): the splits' sums rescaled to their common max, added in split order, divided by the
+ * rescaled l; the output quantized when oq is set (hd % 32 == 0: whole warps, whole blocks). */
+__global__ void attention_combine(const float *part, const int32_t *pos, int64_t NH, int64_t hd,
+                                  int64_t L, int64_t S, float *out, int8_t *oq, float *od) {
+    const int64_t r = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
+    const int64_t ns = ((int64_t)pos[r] + L) / L; /* splits holding slots <= pos */
+    const float *p = part + (r * NH + h) * S * (hd + 2);
+    float mx = -INFINITY;
+    for (int64_t s = 0; s < ns; s++) mx = fmaxf(mx, p[s * (hd + 2) + hd]);
+    double l = 0.0;
+    float acc = 0.0f;
+    for (int64_t s = 0; s < ns; s++) {
+        const float m = p[s * (hd + 2) + hd];
+        const float w = m == -INFINITY ? 0.0f : expf(m - mx); /* no valid slot: nothing */
+        l += (double)w * p[s * (hd + 2) + hd + 1];
+        if (d < hd && w != 0.0f) acc = fmaf(w, p[s * (hd + 2) + d], acc);
+    }
+    const float v = l > 0.0 ? acc * (float)(1.0 / l) : 0.0f;
+    const int64_t o = r * NH * hd + h * hd + d;
+    if (d < hd) out[o] = v;
+    if (oq) quantize_block(v, o / 32, oq, od);
+}
+
+template <int HDL>
+static void att_allow_smem(int bytes) {
+    cudaFuncSetAttribute(attention_split<HDL>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
 }
 
 static int max_smem_bytes() {
@@ -285,22 +405,55 @@ static int max_smem_bytes() {
         cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
         /* the static shared arrays of the kernel come out of the same budget */
         bytes -= 1024;
-        cudaFuncSetAttribute(attention, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+        att_allow_smem<1>(bytes);
+        att_allow_smem<2>(bytes);
+        att_allow_smem<4>(bytes);
+        att_allow_smem<8>(bytes);
     }
     return bytes;
 }
 
-static int64_t att_smem_floats(int64_t hd) { return hd + ATT_THREADS / att_span(hd) * hd; }
+static int64_t att_smem_floats(int64_t hd) { return ATT_THREADS / att_span(hd) * hd; }
 
 int64_t gpu_attention_max_keys(int64_t hd) { return max_smem_bytes() / 4 - att_smem_floats(hd); }
 
+int64_t gpu_attention_max_head_dim() { return ATT_MAX_HD; }
+
+/* Splits per (row, head): 1 when M * NH blocks fill the grid, else enough to make about
+ * ATT_BLOCKS blocks, each of at least ATT_MIN_SPLIT key slots. */
+static int64_t att_splits(int64_t M, int64_t NH, int64_t keys) {
+    if (M * NH >= ATT_BLOCKS) return 1;
+    const int64_t by_keys = (keys + ATT_MIN_SPLIT - 1) / ATT_MIN_SPLIT,
+                  by_grid = ATT_BLOCKS / (M * NH);
+    return by_keys < by_grid ? by_keys : by_grid;
+}
+
+int64_t gpu_attention_part_floats(int64_t M, int64_t NH, int64_t hd) {
+    return (M * NH > ATT_BLOCKS ? M * NH : ATT_BLOCKS) * (hd + 2);
+}
+
 void gpu_attention(const float *q, int64_t ld, const int32_t *seq, const int32_t *pos,
                    int64_t M, int64_t NH, int64_t NKV, int64_t hd, int64_t max_pos, GpuKV kv,
-                   float *out, GpuQAct xq, cudaStream_t st) {
+                   float *part, float *out, GpuQAct xq, cudaStream_t st) {
     max_smem_bytes();
-    const size_t smem = (size_t)(att_smem_floats(hd) + max_pos + 1) * sizeof(float);
-    attention<<<dim3((unsigned)M, (unsigned)NH), ATT_THREADS, smem, st>>>(
-        q, ld, seq, pos, NH, NKV, hd, kv, out, xq.q, xq.d);
+    const int64_t keys = max_pos + 1, S = att_splits(M, NH, keys), L = (keys + S - 1) / S;
+    const size_t smem = (size_t)(att_smem_floats(hd) + L) * sizeof(float);
+    const dim3 grid((unsigned)M, (unsigned)NH, (unsigned)S);
+    if (hd <= 32) {
+        attention_split<1><<<grid, ATT_THREADS, smem, st>>>(q, ld, seq, pos, NH, NKV, hd, L, kv,
+                                                            part);
+    } else if (hd <= 64) {
+        attention_split<2><<<grid, ATT_THREADS, smem, st>>>(q, ld, seq, pos, NH, NKV, hd, L, kv,
+                                                            part);
+    } else if (hd <= 128) {
+        attention_split<4><<<grid, ATT_THREADS, smem, st>>>(q, ld, seq, pos, NH, NKV, hd, L, kv,
+                                                            part);
+    } else {
+        attention_split<8><<<grid, ATT_THREADS, smem, st>>>(q, ld, seq, pos, NH, NKV, hd, L, kv,
+                                                            part);
+    }
+    attention_combine<<<dim3((unsigned)M, (unsigned)NH), (unsigned)((hd + 31) / 32 * 32), 0,
+                        st>>>(part, pos, NH, hd, L, S, out, xq.q, xq.d);
 }
 
 __global__ void clear_valid(uint8_t *valid, int64_t b, int64_t max_len) {

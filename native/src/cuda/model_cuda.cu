@@ -161,8 +161,9 @@ bool cuda_model_init(const ats_model *m, CudaModel **out, std::string *err) {
         *err = "device 'cuda': no CUDA device";
         return false;
     }
-    if (c.head_dim % 2 != 0 || c.dim % 32 != 0) {
-        *err = "device 'cuda' needs dim % 32 == 0 and an even head_dim (got dim " +
+    if (c.head_dim % 2 != 0 || c.head_dim > gpu_attention_max_head_dim() || c.dim % 32 != 0) {
+        *err = "device 'cuda' needs dim % 32 == 0 and an even head_dim <= " +
+               std::to_string(gpu_attention_max_head_dim()) + " (got dim " +
                std::to_string(c.dim) + ", head_dim " + std::to_string(c.head_dim) + ")";
         return false;
     }

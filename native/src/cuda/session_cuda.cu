@@ -58,6 +58,8 @@ bool scratch_reserve(CudaSession *cs, const Config &c, int64_t M, int64_t R, std
         alloc(A, m * F * f4, &s.g, err) && alloc(A, m * F * f4, &s.u, err) &&
         alloc(A, r * C * f4, &s.xs, err) && alloc(A, r * C * f4, &s.hs, err) &&
         alloc(A, r * V * f4, &s.logits, err) && alloc(A, r * 4, &s.amax, err) &&
+        alloc(A, r * gpu_argmax_parts(V) * 8, &s.amax_keys, err) &&
+        alloc(A, gpu_attention_part_floats(m, c.n_head, c.head_dim) * f4, &s.att_part, err) &&
         alloc(A, m * K * W, &s.xq, err) && alloc(A, m * K * W / 32 * f4, &s.xd, err) &&
         alloc(A, 4 * m * 4, &s.tok, err) &&
         alloc(A, m * E * f4, &s.rl, err) && alloc(A, m * K * C * f4, &s.xe, err) &&
@@ -93,11 +95,12 @@ bool run_kernels(const ats_model *m, CudaSession *cs, int64_t M, int64_t R, int6
         gpu_matmul(L.wqkv, s.hn, xq, M, s.qkv, st);
         gpu_rope_cache(s.qkv, QKV, cm->cos_t, cm->sin_t, s.seq, s.pos, M, NH, NKV, hd, kv, st);
         if (quantized(L.wo) && hd % 32 == 0) { /* attention quantizes its output for wo */
-            gpu_attention(s.qkv, QKV, s.seq, s.pos, M, NH, NKV, hd, max_pos, kv, s.att, xq, st);
+            gpu_attention(s.qkv, QKV, s.seq, s.pos, M, NH, NKV, hd, max_pos, kv, s.att_part,
+                          s.att, xq, st);
             gpu_matmul(L.wo, s.att, xq, M, s.x, st, s.x);
         } else {
-            gpu_attention(s.qkv, QKV, s.seq, s.pos, M, NH, NKV, hd, max_pos, kv, s.att,
-                          GpuQAct{nullptr, nullptr}, st);
+            gpu_attention(s.qkv, QKV, s.seq, s.pos, M, NH, NKV, hd, max_pos, kv, s.att_part,
+                          s.att, GpuQAct{nullptr, nullptr}, st);
             linear(L.wo, s.att, s, M, s.x, st, s.x);
         }
         /* x += w2(silu(w1 n) * w3 n), n = norm(x) */
@@ -242,7 +245,7 @@ bool cuda_session_forward(ats_session *sess, const int32_t *const *ids, const in
     std::vector<int32_t> tokens;
     if (last_tokens) { /* the greedy choices: R ids back instead of R rows of logits */
         tokens.resize((size_t)R);
-        gpu_argmax_rows(s.logits, R, V, s.amax, st);
+        gpu_argmax_rows(s.logits, R, V, s.amax_keys, s.amax, st);
         CUDA_TRY(cudaMemcpyAsync(tokens.data(), s.amax, (size_t)R * 4, cudaMemcpyDeviceToHost, st),
                  "token download");
     }

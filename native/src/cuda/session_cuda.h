@@ -20,6 +20,8 @@ struct Scratch {
     float *xd;
     int32_t *tok, *seq, *pos, *out_rows; /* one allocation of 4 x M, in this order */
     int32_t *amax;                       /* (R) argmax of each output row's logits */
+    unsigned long long *amax_keys;       /* (R, gpu_argmax_parts(V)) the argmax's chunk keys */
+    float *att_part;                     /* gpu_attention_part_floats(M, ...): its key splits */
     /* MoE: router logits (M, E); expert rows sorted by expert (M * K, C) in, their gate/up
      * (M * K, F), their outputs (M * K, C); shared experts' output (M, C); the token of each
      * sorted row, the sorted row of each (token, choice) slot (-1 dropped) and its weight */

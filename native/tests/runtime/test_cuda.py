@@ -111,6 +111,25 @@ def test_quantized_logits_match_cpu(quantized_dirs, scheme: str) -> None:
 
 
 @gpu
+@pytest.mark.parametrize("dim", [2048, 9216])  # rms_norm: rows in registers; 8192 in them + more
+@pytest.mark.parametrize("scheme", ["float", "int8"])  # y alone; y and its Q8_0 blocks
+def test_wide_rows_match_cpu(saved_model, tmp_path, dim: int, scheme: str) -> None:
+    changes = dict(dim=dim, n_layer=1, n_head=2, n_kv_head=1, head_dim=64, ffn_dim=256)
+    _, directory = saved_model("tiny-dense", **changes)
+    path = str(directory)
+    if scheme != "float":
+        path = str(quantize_model_dir(directory, tmp_path / scheme, *SCHEMES[scheme]))
+    cpu = ats_native.Model(path, threads=2)
+    cuda = ats_native.Model(path, device="cuda")
+    ids = random_ids(cpu.vocab_size, (2, 5), 7)
+    errs = token_rel_errs(cuda.logits(ids), cpu.logits(ids))
+    if scheme == "float":
+        assert errs.max() < FLOAT_REL_TOL, errs
+    else:
+        assert_int_parity(errs)
+
+
+@gpu
 @pytest.mark.parametrize("graphs", ["1", "0"])  # decode steps replayed from CUDA graphs, or not
 @pytest.mark.parametrize("scheme", ["float", *SCHEMES])
 def test_greedy_generation_matches_cpu(
@@ -174,6 +193,86 @@ def test_logits_and_greedy_id_steps_match_cpu(saved_model) -> None:
     ref = run(cpu, False)
     assert [len(t) for t in ref] == lengths
     assert run(cpu, True) == ref and run(cuda, True) == ref and run(cuda, False) == ref
+
+
+@gpu
+@pytest.mark.parametrize("graphs", ["1", "0"])  # splits sized by the cache's max_len, or by pos
+@pytest.mark.parametrize("n_prompt", [1, 40, 3000])
+def test_decode_over_split_keys_matches_cpu(
+    saved_model, monkeypatch, graphs: str, n_prompt: int
+) -> None:
+    # a decode step's attention splits the key slots over blocks (1 to 48 splits here): tokens
+    # and the top logprobs of every step as the CPU's, 1 to 3020 keys
+    monkeypatch.setenv("ATS_CUDA_GRAPHS", graphs)
+    path = str(saved_model("tiny-dense", max_seq_len=4096)[1])
+    prompt = random_ids(512, (n_prompt,), 8)
+
+    def run(model: ats_native.Model) -> tuple[list[int], np.ndarray]:
+        batch = ats_native.Batch(model, n_slots=1, max_len=3072)
+        batch.start(0, prompt, 20, logprobs=True, top_logprobs=5)
+        tokens, logprobs = [], []
+        while batch.busy(0):
+            for _, token, _, logprob, top in batch.step(0):
+                tokens.append(token)
+                logprobs.append([logprob, *(lp for _, lp in top)])
+        return tokens, np.array(logprobs)
+
+    (ours, our_lp), (theirs, their_lp) = (
+        run(ats_native.Model(path, device="cuda")),
+        run(ats_native.Model(path, threads=2)),
+    )
+    assert ours == theirs and len(set(theirs)) > 3
+    assert np.abs(our_lp - their_lp).max() < FLOAT_REL_TOL * np.abs(their_lp).max()
+
+
+def first_argmax(logits: np.ndarray) -> int:
+    """logits_argmax's rule: the first index of the largest value, NaN never larger (index 0 when
+    logits[0] is NaN)."""
+    return 0 if np.isnan(logits[0]) else int(np.nanargmax(logits))
+
+
+# (rows given twice the top logit's output row: exact ties above every other logit, rows made
+# NaN, the id logits_argmax picks) over a vocabulary of 5000: the GPU argmax's chunks of 2048
+ARGMAX_CASES = [
+    ([4999, 3000, 2048], [], 2048),
+    ([2048, 2047], [], 2047),
+    ([5, 6, 4097], [], 5),
+    ([0, 4999], [], 0),
+    (list(range(5000)), [], 0),
+    ([3000], [0], 0),
+    ([3001, 4000], [10, 3000, 4999], 3001),
+    ([4096], list(range(2048, 4096)), 4096),
+    ([4999], list(range(1, 4999)), 4999),
+]
+
+
+@gpu
+@pytest.mark.parametrize(("top", "nan", "want"), ARGMAX_CASES)
+def test_greedy_ids_keep_the_argmax_rule_on_ties_and_nan(
+    saved_model, tmp_path, top: list[int], nan: list[int], want: int
+) -> None:
+    model, directory = saved_model("tiny-dense", vocab_size=5000, tie_embeddings=False)
+    prompt = random_ids(5000, (7,), 6)
+    best = int(ats_native.Model(str(directory), threads=1).logits(prompt)[-1].argmax())
+    model = copy.deepcopy(model)
+    with torch.no_grad():  # doubling a row doubles its logit exactly; a NaN row's logit is NaN
+        w = model.output.weight
+        w[top] = 2 * w[best].clone()
+        w[nan] = float("nan")
+    save_pretrained(model, tmp_path)
+    cpu = ats_native.Model(str(tmp_path), threads=1)
+    logits = cpu.logits(prompt)[-1]
+    assert len(set(logits[top].tolist())) == 1 and np.isnan(logits[nan]).all()
+    assert first_argmax(logits) == want
+
+    def greedy_ids(m: ats_native.Model) -> list[int]:  # no logprobs: the ids come back alone
+        batch = ats_native.Batch(m, n_slots=2, max_len=16)
+        for slot in (0, 1):
+            batch.start(slot, prompt, 1)
+        return sorted(token for _, token, *_ in batch.step(0))
+
+    assert greedy_ids(cpu) == [want, want]
+    assert greedy_ids(ats_native.Model(str(tmp_path), device="cuda")) == [want, want]
 
 
 @gpu
