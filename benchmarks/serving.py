@@ -6,7 +6,18 @@ Per (server, model, precision, concurrency): aggregate generated tokens/s (all c
 wall time of the run), p50/p99 time to first token and p50/p99 inter-token latency (gaps between
 streamed chunks), over --requests requests of --max-tokens tokens each (greedy, prompts of ~60
 tokens). The reference line "generate" is `ats_native.Model.generate`'s decode tokens/s in-process
-(the ceiling of one request at a time).
+(the ceiling of one request at a time), measured before each round's servers.
+
+Defaults: 32 requests of 128 tokens, the shape of vLLM's benchmark_serving and llama.cpp's
+server bench (outputs of a few hundred tokens; 32 requests give 4 waves at concurrency 8). With
+short outputs the figures measure prefill rather than serving: at 32 tokens after a ~60-token
+prompt, each concurrency-8 wave spends about a third of its time prefilling 8 prompts before
+the first token, and a concurrency-1 request's prefill alone is ~6% of its time, which the
+generate reference (decode only) never pays.
+
+After each server's run one "goals" line gives issue 23's two ratios for it: concurrency 1
+tokens/s over generate's (goal >= 0.9) and the highest concurrency's tokens/s over concurrency
+1's (goal >= 3), also written to stderr as a sentence.
 
 Models come from benchmarks/native.py (random-init weights, cached under --cache): dense-254m,
 moe-879m, plus "small" (dim 256, 4 layers, vocab 32000) for a quick run on a loaded machine.
@@ -23,7 +34,8 @@ does, and its excess over generate's is the server's own per-token cost (HTTP, S
 
 Prints one JSON line per measurement: {"name", "server", "model", "precision", "concurrency",
 "tok_s", "cpu_ms_per_token", "ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s", "requests",
-"tokens", "hardware"}.
+"tokens", "hardware"}, and per server and round {"name": ".../goals", "c1_over_generate",
+"c{max}_over_c1", ...}.
 Run: uv run --no-sync python benchmarks/serving.py --models small --precisions int8
 """
 
@@ -166,8 +178,8 @@ def main() -> None:
         "--precisions", nargs="+", choices=("int8", "int4"), default=["int8", "int4"]
     )
     parser.add_argument("--concurrency", nargs="+", type=int, default=[1, 4, 8])
-    parser.add_argument("--requests", type=int, default=16, help="requests per concurrency level")
-    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--requests", type=int, default=32, help="requests per concurrency level")
+    parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "ats-bench")
     parser.add_argument("--llama-python", type=Path, default=None,
                         help="python of a venv with llama-cpp-python[server]")  # fmt: skip
@@ -189,14 +201,16 @@ def main() -> None:
         for precision in args.precisions:
             paths = prepared[precision]
             row = {"model": name, "precision": precision, "hardware": hw}
-            rate, cpu_ms = generate_rate(paths["ats"], args.max_tokens)
-            print(json.dumps({"name": f"serving/{name}/{precision}/generate", **row,
-                              "server": "ats generate", "concurrency": 1, "tok_s": rate,
-                              "cpu_ms_per_token": cpu_ms}), flush=True)  # fmt: skip
             for round_ in range(args.rounds):
+                rate, cpu_ms = generate_rate(paths["ats"], args.max_tokens)
+                print(json.dumps({"name": f"serving/{name}/{precision}/generate", **row,
+                                  "server": "ats generate", "concurrency": 1, "tok_s": rate,
+                                  "cpu_ms_per_token": cpu_ms, "round": round_ + 1}),
+                      flush=True)  # fmt: skip
                 for server, (cmd, env) in servers(paths, args, port := free_port()).items():
                     log = args.cache / f"serving-{server}.log"
                     proc = start(cmd, port, log, env)
+                    rates = {}
                     try:
                         for c in args.concurrency:
                             cpu = cpu_seconds(proc.pid)
@@ -205,12 +219,30 @@ def main() -> None:
                             )
                             cpu_ms = (cpu_seconds(proc.pid) - cpu) * 1000 / stats["tokens"]
                             stats["cpu_ms_per_token"] = cpu_ms  # the warm-up request included
+                            rates[c] = stats["tok_s"]
                             print(json.dumps({"name": f"serving/{name}/{precision}/{server}/c{c}",
                                               **row, "server": server, "concurrency": c,
                                               "round": round_ + 1, **stats}), flush=True)  # fmt: skip
                     finally:
                         proc.terminate()
                         proc.wait(timeout=120)
+                    print_goals(f"serving/{name}/{precision}/{server}", rate, rates, round_ + 1)
+
+
+def print_goals(name: str, generate: float, rates: dict[int, float], round_: int) -> None:
+    """Issue 23's two ratios for one server's run (those its concurrency levels allow)."""
+    goals: dict[str, float | str] = {}
+    words = []
+    if 1 in rates:
+        goals["c1_over_generate"] = rates[1] / generate
+        words.append(f"concurrency 1 at {rates[1] / generate:.2f}x generate (goal >= 0.9)")
+    top = max(rates)
+    if 1 in rates and top > 1:
+        goals[f"c{top}_over_c1"] = rates[top] / rates[1]
+        words.append(f"concurrency {top} at {rates[top] / rates[1]:.2f}x concurrency 1 (goal >= 3)")
+    print(json.dumps({"name": f"{name}/goals", "round": round_, "generate_tok_s": generate,
+                      **goals}), flush=True)  # fmt: skip
+    print(f"{name} round {round_}: " + "; ".join(words), file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

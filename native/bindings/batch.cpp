@@ -4,6 +4,10 @@
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
 
 #include <string>
 #include <tuple>
@@ -42,14 +46,36 @@ void batch_start(Batch &self, int32_t slot, const std::vector<int32_t> &prompt, 
     if (rc != 0) raise_value_error(err);
 }
 
-int32_t batch_step(Batch &self, int32_t prefill_budget) {
+/* One byte to fd; true when written or when the pipe is full (a wake-up is already pending),
+ * else false with errno set. */
+static bool wake(int fd) {
+    const char byte = 0;
+    while (write(fd, &byte, 1) < 0) {
+        if (errno == EINTR) continue;
+        return errno == EAGAIN || errno == EWOULDBLOCK;
+    }
+    return true;
+}
+
+int32_t batch_step(Batch &self, int32_t prefill_budget, const std::vector<int> &wake_fds) {
     char err[512];
     int32_t n = 0;
-    int rc;
+    int rc = 0;
     {
         nb::gil_scoped_release release;
-        std::lock_guard<std::mutex> guard(self.model->lock);
-        rc = ats_batch_step(self.b, prefill_budget, self.events.data(), &n, err, sizeof err);
+        /* the wake-ups go out without the GIL: the thread they wake (a server's event loop) takes
+         * the GIL at once, and this thread starts stepping without waiting to get it back */
+        for (int fd : wake_fds) {
+            if (!wake(fd)) {
+                snprintf(err, sizeof err, "wake_fds: cannot write to fd %d: %s", fd, strerror(errno));
+                rc = -1;
+                break;
+            }
+        }
+        if (rc == 0) {
+            std::lock_guard<std::mutex> guard(self.model->lock);
+            rc = ats_batch_step(self.b, prefill_budget, self.events.data(), &n, err, sizeof err);
+        }
     }
     if (rc != 0) raise_value_error(err);
     return n;
@@ -101,8 +127,8 @@ void bind_batch(nb::module_ &m) {
             "Starts a request in a free slot (ValueError naming the problem otherwise).")
         .def(
             "step",
-            [](Batch &self, int32_t prefill_budget) {
-                int32_t n = batch_step(self, prefill_budget);
+            [](Batch &self, int32_t prefill_budget, const std::vector<int> &wake_fds) {
+                int32_t n = batch_step(self, prefill_budget, wake_fds);
                 std::vector<Event> out;
                 out.reserve((size_t)n);
                 for (int32_t i = 0; i < n; i++) {
@@ -113,10 +139,12 @@ void bind_batch(nb::module_ &m) {
                 }
                 return out;
             },
-            "prefill_budget"_a = 0,
+            "prefill_budget"_a = 0, "wake_fds"_a = std::vector<int>(),
             "One forward pass over every busy slot -> [(slot, token, finish, logprob, [(id, "
             "logprob), ...])]; finish 0 = running, 1 = stop token, 2 = length (the slot is free "
-            "again). prefill_budget caps the prompt tokens of this step (0 = no limit).")
+            "again). prefill_budget caps the prompt tokens of this step (0 = no limit). First, with "
+            "the GIL released, one byte goes to each fd of wake_fds (a full pipe counts as woken; "
+            "ValueError and no step when one cannot be written).")
         .def("cancel", [](Batch &self, int32_t slot) { ats_batch_cancel(self.b, slot); }, "slot"_a,
              "Ends the request in slot and frees it.");
     m.attr("FINISH_NONE") = (int)ATS_FINISH_NONE;

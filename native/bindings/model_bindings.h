@@ -61,8 +61,10 @@ void batch_start(Batch &self, int32_t slot, const std::vector<int32_t> &prompt, 
                  const std::vector<float> &bias, const std::vector<int32_t> &stops, bool logprobs,
                  int32_t top_logprobs);
 // One ats_batch_step with the GIL released and the model locked; returns the number of events,
-// which land in self.events.
-int32_t batch_step(Batch &self, int32_t prefill_budget);
+// which land in self.events. First, with the GIL already released, one byte is written to each
+// of wake_fds (a full pipe counts as woken); an fd that cannot be written raises ValueError and
+// nothing is stepped.
+int32_t batch_step(Batch &self, int32_t prefill_budget, const std::vector<int> &wake_fds = {});
 
 // Raises ValueError(msg). Messages may quote bytes of a corrupt file that are not valid UTF-8:
 // those are shown as backslash escapes instead of failing the conversion.

@@ -156,10 +156,13 @@ class Batch:
         top_logprobs: int = 0,
     ) -> None:
         """Starts a request in a free slot; ValueError naming the problem otherwise."""
-    def step(self, prefill_budget: int = 0) -> list[BatchEvent]:
+    def step(self, prefill_budget: int = 0, wake_fds: Sequence[int] = ()) -> list[BatchEvent]:
         """One forward pass over every busy slot: a prompt chunk (at most prefill_budget prompt
         tokens in all this step; 0 = no limit) for slots in prefill, the last token for the
-        others; one event per slot that sampled a token."""
+        others; one event per slot that sampled a token. First, with the GIL released, one byte
+        goes to each of wake_fds (a full pipe counts as woken; ValueError naming the fd and no
+        step when one cannot be written): a server's scheduler wakes its event loop for the
+        previous step's events there, so that neither thread waits on the other for the GIL."""
     def cancel(self, slot: int) -> None: ...
 
 class Tokenizer:

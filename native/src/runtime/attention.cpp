@@ -39,15 +39,24 @@ static void rope_row(float *x, const float *cos, const float *sin, int64_t hd) {
 /* What one task needs of the layer. */
 struct AttnCtx {
     const Kernels *kern;
-    const float *q, *kc, *vc;
+    const float *q;
     float *out;
-    int64_t hd, NH, KV, group;
+    int64_t hd, NH, group;
     float scale;
 };
 
-/* Softmax of sc[0..nk) (scores already scaled) and o = sum_i p_i v(keys[i]) for one query head. */
-static void softmax_values(const AttnCtx &c, int64_t kvh, const int64_t *keys, int64_t nk,
-                           float *sc, float *o) {
+/* One task's keys and values: kv head kvh of one sequence, (max_len, hd) each in the cache
+ * (kv_cache.cpp: a head's keys are consecutive rows, so reading a sequence's keys streams
+ * memory instead of touching hd floats every n_kv_head * hd), and the positions attended to. */
+struct HeadKV {
+    const float *k, *v;
+    int64_t kvh;
+    const int64_t *pos; /* valid positions, ascending */
+    int64_t n;
+};
+
+/* Softmax of sc[0..nk) (scores already scaled) and o = sum_i p_i v(pos[i]) for one query head. */
+static void softmax_values(const AttnCtx &c, const HeadKV &h, int64_t nk, float *sc, float *o) {
     float mx = -INFINITY;
     for (int64_t i = 0; i < nk; i++) mx = std::max(mx, sc[i]);
     double sum = 0.0;
@@ -63,7 +72,7 @@ static void softmax_values(const AttnCtx &c, int64_t kvh, const int64_t *keys, i
         const float *vr[4];
         for (int u = 0; u < nv; u++) {
             a[u] = sc[i + u] * inv;
-            vr[u] = c.vc + keys[i + u] * c.KV + kvh * c.hd;
+            vr[u] = h.v + h.pos[i + u] * c.hd;
         }
         c.kern->axpy((int)c.hd, nv, a, vr, o);
     }
@@ -71,20 +80,19 @@ static void softmax_values(const AttnCtx &c, int64_t kvh, const int64_t *keys, i
 
 /* One row against its keys in place: the group's query heads share each key load, 4 keys per
  * dot_f32 call. */
-static void attend_row(const AttnCtx &c, int64_t r, int64_t kvh, const int64_t *keys,
-                       int64_t nk) {
+static void attend_row(const AttnCtx &c, int64_t r, const HeadKV &h, int64_t nk) {
     thread_local std::vector<float> scores; /* (4 query heads, keys) */
     scores.resize((size_t)(4 * nk));
     for (int64_t g0 = 0; g0 < c.group; g0 += 4) {
         const int ng = (int)std::min<int64_t>(4, c.group - g0);
         const float *qv[4];
         for (int j = 0; j < ng; j++) {
-            qv[j] = c.q + r * c.NH * c.hd + (kvh * c.group + g0 + j) * c.hd;
+            qv[j] = c.q + r * c.NH * c.hd + (h.kvh * c.group + g0 + j) * c.hd;
         }
         for (int64_t i = 0; i < nk; i += 4) {
             const int nw = (int)std::min<int64_t>(4, nk - i);
             const float *kr[4];
-            for (int u = 0; u < nw; u++) kr[u] = c.kc + keys[i + u] * c.KV + kvh * c.hd;
+            for (int u = 0; u < nw; u++) kr[u] = h.k + h.pos[i + u] * c.hd;
             float d[16];
             c.kern->dot_f32((int)c.hd, kr, nw, qv, ng, d);
             for (int u = 0; u < nw; u++) {
@@ -94,44 +102,41 @@ static void attend_row(const AttnCtx &c, int64_t r, int64_t kvh, const int64_t *
             }
         }
         for (int j = 0; j < ng; j++) {
-            softmax_values(c, kvh, keys, nk, scores.data() + j * nk,
-                           c.out + r * c.NH * c.hd + (kvh * c.group + g0 + j) * c.hd);
+            softmax_values(c, h, nk, scores.data() + j * nk,
+                           c.out + r * c.NH * c.hd + (h.kvh * c.group + g0 + j) * c.hd);
         }
     }
 }
 
-/* Rows r0..r1 of one sequence against the keys of kv head kvh: the keys (sorted by slot) are
+/* Rows r0..r1 of one sequence against the keys of kv head h: the keys (ascending positions) are
  * copied once into kt (hd, nk), transposed; the values (nk, hd) are read in place from the cache
- * (gathered into vr when a MoD layer left slots out). Row r sees the first n_r keys (slots <= its
- * position): scores = q kt[:, :n_r] and out = p v[:n_r], both vecmat (whole vectors of keys or
- * of head dimensions, no horizontal sums). The query vectors (row,
- * head of the group) go VECMAT_MAX_ROWS at a time, so each key or value vector loaded serves all
- * of them: the block's scores run to its largest n, and each row's probabilities past its own n_r
- * are zero (fma(0, v, acc) = acc), so a row's result is the one it gets alone. */
-static void attend_run(const AttnCtx &c, const Rows &rows, int64_t r0, int64_t r1, int64_t kvh,
-                       const int64_t *keys, int64_t nk, int64_t base) {
+ * (gathered into vr when a MoD layer left positions out). Row r sees the first n_r keys
+ * (positions <= its own): scores = q kt[:, :n_r] and out = p v[:n_r], both vecmat (whole vectors
+ * of keys or of head dimensions, no horizontal sums). The query vectors (row, head of the group)
+ * go VECMAT_MAX_ROWS at a time, so each key or value vector loaded serves all of them: the
+ * block's scores run to its largest n, and each row's probabilities past its own n_r are zero
+ * (fma(0, v, acc) = acc), so a row's result is the one it gets alone. */
+static void attend_run(const AttnCtx &c, const Rows &rows, int64_t r0, int64_t r1,
+                       const HeadKV &h) {
     thread_local std::vector<float> kt, vr, sc;
     thread_local std::vector<const float *> kptr;
-    const int64_t hd = c.hd;
+    const int64_t hd = c.hd, nk = h.n;
     kt.resize((size_t)(hd * nk));
     sc.resize((size_t)(VECMAT_MAX_ROWS * nk));
     /* the keys into kt (hd, nk) by the set's transpose (AVX-512: 16 x 16 tiles in registers; a
      * scalar copy of one key at a time stored its hd values to hd different lines) */
     kptr.resize((size_t)nk);
-    for (int64_t i = 0; i < nk; i++) kptr[(size_t)i] = c.kc + keys[i] * c.KV + kvh * hd;
+    for (int64_t i = 0; i < nk; i++) kptr[(size_t)i] = h.k + h.pos[i] * hd;
     c.kern->transpose((int)nk, (int)hd, kptr.data(), kt.data(), nk);
-    /* values (nk, hd) of row stride ldv: read in place from the cache when the keys are
-     * consecutive slots (every layer but a MoD one), else gathered */
-    const float *vals = c.vc + keys[0] * c.KV + kvh * hd;
-    int64_t ldv = c.KV;
-    if (keys[nk - 1] - keys[0] != nk - 1) {
+    /* values (nk, hd): read in place from the cache when the positions are consecutive (every
+     * layer but a MoD one), else gathered */
+    const float *vals = h.v + h.pos[0] * hd;
+    if (h.pos[nk - 1] - h.pos[0] != nk - 1) {
         vr.resize((size_t)(nk * hd));
         for (int64_t i = 0; i < nk; i++) {
-            memcpy(vr.data() + i * hd, c.vc + keys[i] * c.KV + kvh * hd,
-                   (size_t)hd * sizeof(float));
+            memcpy(vr.data() + i * hd, h.v + h.pos[i] * hd, (size_t)hd * sizeof(float));
         }
         vals = vr.data();
-        ldv = hd;
     }
     const int64_t n_vec = (r1 - r0) * c.group; /* query vectors: row-major, heads of the group */
     for (int64_t v0 = 0; v0 < n_vec; v0 += VECMAT_MAX_ROWS) {
@@ -140,11 +145,11 @@ static void attend_run(const AttnCtx &c, const Rows &rows, int64_t r0, int64_t r
         float *ov[VECMAT_MAX_ROWS], *sv[VECMAT_MAX_ROWS];
         int64_t n[VECMAT_MAX_ROWS], n_max = 0;
         for (int j = 0; j < R; j++) {
-            const int64_t r = r0 + (v0 + j) / c.group, h = kvh * c.group + (v0 + j) % c.group;
-            qv[j] = c.q + r * c.NH * hd + h * hd;
-            ov[j] = c.out + r * c.NH * hd + h * hd;
+            const int64_t r = r0 + (v0 + j) / c.group, head = h.kvh * c.group + (v0 + j) % c.group;
+            qv[j] = c.q + r * c.NH * hd + head * hd;
+            ov[j] = c.out + r * c.NH * hd + head * hd;
             sv[j] = sc.data() + j * nk;
-            n[j] = std::upper_bound(keys, keys + nk, base + rows.pos[r]) - keys;
+            n[j] = std::upper_bound(h.pos, h.pos + nk, (int64_t)rows.pos[r]) - h.pos;
             n_max = std::max(n_max, n[j]);
         }
         c.kern->vecmat((int)n_max, (int)hd, qv, R, kt.data(), nk, sv);
@@ -152,7 +157,7 @@ static void attend_run(const AttnCtx &c, const Rows &rows, int64_t r0, int64_t r
             c.kern->softmax((int)n[j], c.scale, sv[j]);
             std::fill(sv[j] + n[j], sv[j] + n_max, 0.0f);
         }
-        c.kern->vecmat((int)hd, (int)n_max, sv, R, vals, ldv, ov);
+        c.kern->vecmat((int)hd, (int)n_max, sv, R, vals, hd, ov);
     }
 }
 
@@ -167,7 +172,7 @@ void attention(ats_session *s, int64_t layer, const Rows &rows, float *q, float 
     const Config &c = m->cfg;
     const int64_t hd = c.head_dim, NH = c.n_head, NKV = c.n_kv_head, group = NH / NKV;
     const int64_t KV = NKV * hd, L = s->max_len;
-    float *kc = s->k[(size_t)layer].data(), *vc = s->v[(size_t)layer].data();
+    float *kc = s->k[(size_t)layer], *vc = s->v[(size_t)layer];
     uint8_t *valid = s->valid[(size_t)layer].data();
 
     /* RoPE and the cache writes, rows spread over the pool (each row owns its slot) */
@@ -177,10 +182,12 @@ void attention(ats_session *s, int64_t layer, const Rows &rows, float *q, float 
         const float *sin = m->rope_sin.data() + rows.pos[r] * hd;
         for (int64_t h = 0; h < NH; h++) rope_row(q + r * NH * hd + h * hd, cos, sin, hd);
         for (int64_t h = 0; h < NKV; h++) rope_row(k + r * KV + h * hd, cos, sin, hd);
-        int64_t slot = (int64_t)rows.seq[r] * L + rows.pos[r];
-        memcpy(kc + slot * KV, k + r * KV, (size_t)KV * sizeof(float));
-        memcpy(vc + slot * KV, v + r * KV, (size_t)KV * sizeof(float));
-        valid[slot] = 1;
+        for (int64_t h = 0; h < NKV; h++) {
+            const int64_t at = kv_offset(s, rows.seq[r], h, rows.pos[r]);
+            memcpy(kc + at, k + r * KV + h * hd, (size_t)hd * sizeof(float));
+            memcpy(vc + at, v + r * KV + h * hd, (size_t)hd * sizeof(float));
+        }
+        valid[(int64_t)rows.seq[r] * L + rows.pos[r]] = 1;
     });
 
     /* tasks: runs of consecutive rows of one sequence, at most RUN_ROWS each, per kv head; the
@@ -195,29 +202,31 @@ void attention(ats_session *s, int64_t layer, const Rows &rows, float *q, float 
         r0 = r1;
     }
     std::reverse(tasks.begin(), tasks.end());
-    const AttnCtx ctx{m->kernels, q, kc, vc, out, hd, NH, KV, group, 1.0f / sqrtf((float)hd)};
+    const AttnCtx ctx{m->kernels, q, out, hd, NH, group, 1.0f / sqrtf((float)hd)};
     int64_t work = 0; /* multiply-adds: two per key and head dimension */
     for (int64_t r = 0; r < rows.M; r++) work += 2 * (rows.pos[r] + 1) * NH * hd;
     const std::vector<AttnTask> &ts = tasks;
     m->pool->run_sized((int)ts.size(), work, [&](int task) {
         const AttnTask &t = ts[(size_t)task];
-        const int64_t base = (int64_t)rows.seq[t.r0] * L;
+        const int32_t seq = rows.seq[t.r0];
+        const uint8_t *seq_valid = valid + (int64_t)seq * L;
         int64_t max_pos = 0;
         for (int64_t r = t.r0; r < t.r1; r++) max_pos = std::max<int64_t>(max_pos, rows.pos[r]);
-        thread_local std::vector<int64_t> keys; /* valid slots of the sequence, <= max_pos */
-        keys.clear();
+        thread_local std::vector<int64_t> pos; /* valid positions of the sequence, <= max_pos */
+        pos.clear();
         for (int64_t p = 0; p <= max_pos; p++) {
-            if (valid[base + p]) keys.push_back(base + p);
+            if (seq_valid[p]) pos.push_back(p);
         }
-        const int64_t nk = (int64_t)keys.size();
+        const int64_t head = kv_offset(s, seq, t.kvh, 0);
+        const HeadKV h{kc + head, vc + head, t.kvh, pos.data(), (int64_t)pos.size()};
         if (t.r1 - t.r0 >= TRANSPOSE_MIN) {
-            attend_run(ctx, rows, t.r0, t.r1, t.kvh, keys.data(), nk, base);
+            attend_run(ctx, rows, t.r0, t.r1, h);
             return;
         }
         for (int64_t r = t.r0; r < t.r1; r++) {
-            const int64_t n = std::upper_bound(keys.begin(), keys.end(), base + rows.pos[r]) -
-                              keys.begin();
-            attend_row(ctx, r, t.kvh, keys.data(), n);
+            const int64_t n = std::upper_bound(pos.begin(), pos.end(), (int64_t)rows.pos[r]) -
+                              pos.begin();
+            attend_row(ctx, r, h, n);
         }
     });
 }

@@ -14,14 +14,23 @@ struct ats_session {
     int32_t n_seq;
     int32_t max_len;
     std::vector<int32_t> length; /* tokens in the cache, per sequence */
-    /* per layer: keys/values (n_seq, max_len, n_kv_head * head_dim) and slot validity
-     * (n_seq, max_len): 1 where this layer computed a key (MoD layers skip tokens) */
-    std::vector<std::vector<float>> k, v;
+    /* per layer: keys/values (n_seq, n_kv_head, max_len, head_dim), one kv head's positions
+     * consecutive (kv_offset), and slot validity (n_seq, max_len): 1 where this layer computed a
+     * key (MoD layers skip tokens) */
+    std::vector<float *> k, v; /* into kv */
     std::vector<std::vector<uint8_t>> valid;
+    ats::HugeBuffer kv; /* every layer's keys and values, on huge pages (huge_pages.h) */
     ats::CudaSession *cuda = nullptr; /* device cuda: the cache lives on the GPU, k/v/valid empty */
 };
 
 namespace ats {
+
+/* Offset in a layer's key or value cache of kv head kvh's vector at position pos of sequence
+ * seq. */
+inline int64_t kv_offset(const ats_session *s, int64_t seq, int64_t kvh, int64_t pos) {
+    const Config &c = s->model->cfg;
+    return ((seq * c.n_kv_head + kvh) * s->max_len + pos) * c.head_dim;
+}
 
 /* Rows of one forward call: sequence index and position (= cache slot) of each token. */
 struct Rows {

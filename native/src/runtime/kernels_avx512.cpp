@@ -281,11 +281,14 @@ AVX512 static void softmax_avx512(int n, float scale, float *x) {
  * row) result is the same op sequence whatever NX is, so a prefill row equals the same row
  * decoded alone. */
 
-AVX512VNNI static INLINE __m512i bcast_codes_vnni(const int8_t *q) {
-    int32_t v;
-    memcpy(&v, q, 4);
-    return _mm512_set1_epi32(v);
-}
+/* acc += vpdpbusd(w, the 4 codes at q broadcast to every lane), the codes read by the
+ * instruction's own {1to16} memory broadcast: GCC 12 emits a separate vpbroadcastd for
+ * _mm512_set1_epi32 of a load, one more instruction per step (at 8 decode rows the int8 kernel
+ * issues 8 of them per row and block, on top of its 8 vpdpbusd). */
+#define DPBUSD_BCAST(acc, w, q)                                                   \
+    __asm__("vpdpbusd %[m]%{1to16%}, %[wv], %[a]"                                 \
+            : [a] "+v"(acc)                                                       \
+            : [wv] "v"(w), [m] "m"(*(const int8_t(*)[4])(q)))
 
 AVX512VNNI static INLINE void q8_packed_vnni(int n_blocks, const uint8_t *w, const QAct *const *x,
                                              float *out, int64_t ldo, const int NX) {
@@ -309,8 +312,8 @@ AVX512VNNI static INLINE void q8_packed_vnni(int n_blocks, const uint8_t *w, con
             __m512i d0 = _mm512_set1_epi32(-128 * x[r]->sum[b]), d1 = _mm512_setzero_si512();
             #pragma GCC unroll 4
             for (int k = 0; k < 8; k += 2) {
-                d0 = _mm512_dpbusd_epi32(d0, wv[k], bcast_codes_vnni(xq + 4 * k));
-                d1 = _mm512_dpbusd_epi32(d1, wv[k + 1], bcast_codes_vnni(xq + 4 * k + 4));
+                DPBUSD_BCAST(d0, wv[k], xq + 4 * k);
+                DPBUSD_BCAST(d1, wv[k + 1], xq + 4 * k + 4);
             }
             __m512i dot = _mm512_add_epi32(d0, d1);
             acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(x[r]->d[b]), acc[r]);
@@ -320,14 +323,6 @@ AVX512VNNI static INLINE void q8_packed_vnni(int n_blocks, const uint8_t *w, con
     #pragma GCC unroll 8
     for (int r = 0; r < NX; r++) _mm512_storeu_ps(out + r * ldo, _mm512_mul_ps(acc[r], sc));
 }
-
-/* acc += vpdpbusd(w, the 4 codes at q broadcast to every lane), the codes read by the
- * instruction's own {1to16} memory broadcast: GCC 12 emits a separate vpbroadcastd for
- * _mm512_set1_epi32 of a load, one more instruction per step. */
-#define DPBUSD_BCAST(acc, w, q)                                                   \
-    __asm__("vpdpbusd %[m]%{1to16%}, %[wv], %[a]"                                 \
-            : [a] "+v"(acc)                                                       \
-            : [wv] "v"(w), [m] "m"(*(const int8_t(*)[4])(q)))
 
 /* int4: one chain of 8 vpdpbusd per activation row, the NX rows' chains interleaved step by step
  * (NX independent chains hide vpdpbusd's latency; the start value -8 * sum(q) is a broadcast

@@ -1,6 +1,9 @@
-/* The KV cache behind ats_session: per layer, keys and values (n_seq, max_len, n_kv_head * hd)
- * and a validity byte per slot (a MoD layer leaves the slots of tokens it skipped invalid, so
- * later tokens never attend to keys that were never computed). */
+/* The KV cache behind ats_session: per layer, keys and values (n_seq, n_kv_head, max_len, hd)
+ * (a kv head's keys consecutive: decode attention streams them) and a validity byte per slot (a
+ * MoD layer leaves the slots of tokens it skipped invalid, so later tokens never attend to keys
+ * that were never computed). */
+#include <string.h>
+
 #include <algorithm>
 #include <memory>
 #include <new>
@@ -37,15 +40,21 @@ ats_session *ats_session_init(ats_model *m, int32_t n_seq, int32_t max_len, char
             }
             return s.release();
         }
-        size_t slots = (size_t)n_seq * (size_t)max_len;
-        size_t kv = slots * (size_t)(m->cfg.n_kv_head * m->cfg.head_dim);
-        s->k.resize((size_t)m->cfg.n_layer);
-        s->v.resize((size_t)m->cfg.n_layer);
-        s->valid.resize((size_t)m->cfg.n_layer);
-        for (int64_t l = 0; l < m->cfg.n_layer; l++) {
-            s->k[(size_t)l].assign(kv, 0.0f);
-            s->v[(size_t)l].assign(kv, 0.0f);
-            s->valid[(size_t)l].assign(slots, 0);
+        /* zeroed here, which faults every page in now: a huge page faulted in mid-generation
+         * can stall the step on the kernel's compaction (seconds on a loaded host) */
+        const size_t slots = (size_t)n_seq * (size_t)max_len;
+        const size_t kv = slots * (size_t)(m->cfg.n_kv_head * m->cfg.head_dim);
+        const size_t n_layer = (size_t)m->cfg.n_layer;
+        s->kv = huge_alloc(2 * n_layer * kv * sizeof(float));
+        float *base = (float *)s->kv.get();
+        memset(base, 0, 2 * n_layer * kv * sizeof(float));
+        s->k.resize(n_layer);
+        s->v.resize(n_layer);
+        s->valid.resize(n_layer);
+        for (size_t l = 0; l < n_layer; l++) {
+            s->k[l] = base + (2 * l) * kv;
+            s->v[l] = base + (2 * l + 1) * kv;
+            s->valid[l].assign(slots, 0);
         }
         return s.release();
     } catch (const std::bad_alloc &) {

@@ -9,17 +9,13 @@
 #include <vector>
 
 #include "../cuda/backend.h"
+#include "huge_pages.h"
 #include "kernels.h"
 #include "matmul.h"
 #include "safetensors.h"
 #include "threadpool.h"
 
 namespace ats {
-
-/* Frees aligned_alloc'd memory (the repacked weights). */
-struct FreeDeleter {
-    void operator()(uint8_t *p) const { free(p); }
-};
 
 /* config.json (ats_model.ModelConfig.to_dict()), resolved. */
 struct Config {
@@ -66,7 +62,7 @@ struct ats_model {
     std::string weight_format; /* f32 | bf16 | int8 | int4 */
     std::vector<ats::StFile> files;
     std::vector<std::unique_ptr<float[]>> owned; /* fp32 copies (bf16 or unaligned tensors) */
-    std::vector<std::unique_ptr<uint8_t, ats::FreeDeleter>> packed; /* repacked int8/int4 */
+    std::vector<ats::HugeBuffer> packed; /* repacked int8/int4 */
     const float *tok_embeddings;                  /* (V, C) */
     const float *norm;                            /* (C) */
     ats::Weight output;                           /* (V, C): output.weight or tied embeddings */

@@ -4,13 +4,8 @@
 #include "repack.h"
 
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
 
-#include <new>
 #include <vector>
 
 #include "model_impl.h"
@@ -131,15 +126,6 @@ static bool plan_weight(const Kernels *k, Weight *w, int64_t n_stack, const std:
     return true;
 }
 
-/* The packed copies share one buffer; from 2 MiB on it is aligned to 2 MiB and advised for
- * transparent huge pages on Linux: the matmuls stream every weight once per forward, and on
- * 4 KiB pages each 4 KiB of them costs a page walk (dense-254m int4 spans ~30000 pages, ten times
- * what the L2 TLB maps), also for the prefill's software prefetches of the next weight tile;
- * huge pages made int4 and int8 decode ~10-15% and prefill ~2% faster (dense-254m, 2-core
- * EPYC). The advice only changes the page size, so its result is not checked: where it is
- * refused the copy works the same on small pages. */
-static const size_t HUGE_PAGE = (size_t)2 << 20;
-
 bool weights_repack(ats_model *m, std::string *err) {
     const Config &c = m->cfg;
     const Kernels *k = m->kernels;
@@ -167,15 +153,10 @@ bool weights_repack(ats_model *m, std::string *err) {
     }
     if (!plan_weight(k, &m->output, 1, "output.weight", &plan, &total, err)) return false;
     if (plan.empty()) return true;
-    const size_t align = total >= HUGE_PAGE ? HUGE_PAGE : 64;
-    const size_t size = (total + align - 1) / align * align;
-    uint8_t *buf = (uint8_t *)aligned_alloc(align, size);
-    if (!buf) throw std::bad_alloc();
-    m->packed.emplace_back(buf);
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-    /* before the first touch: a page's size is chosen when it faults in */
-    if (align == HUGE_PAGE) madvise(buf, size, MADV_HUGEPAGE);
-#endif
+    /* the packed copies share one buffer on huge pages (huge_pages.h: the matmuls stream every
+     * weight once per forward) */
+    m->packed.push_back(huge_alloc(total));
+    uint8_t *buf = m->packed.back().get();
     for (const PackItem &item : plan) {
         Weight *w = item.w;
         const int64_t bytes = packed_bytes(*w);

@@ -2,6 +2,9 @@
 prefill in chunks while others decode give the tokens each gives alone; logprobs, logit bias and
 penalties against a numpy oracle over the model's own logits; slot reuse and bad input."""
 
+import fcntl
+import os
+
 import ats_native
 import numpy as np
 import pytest
@@ -173,3 +176,33 @@ def test_bad_input_is_refused(native) -> None:
     assert tokens(run(batch)[0]) == list(native.generate([1, 2], 3))
     with pytest.raises(ValueError, match="n_seq >= 1"):
         ats_native.Batch(native, 0, 16)
+
+
+def test_step_wakes_each_fd_first(native) -> None:
+    """wake_fds: one byte per fd, then the step; a full pipe is a pending wake-up, not an error;
+    an fd that cannot be written refuses the step (its tokens come at the next one)."""
+    batch = ats_native.Batch(native, n_slots=1, max_len=64)
+    batch.start(0, [5, 6, 7], 3)
+    (r1, w1), (r2, w2) = os.pipe(), os.pipe()
+    try:
+        for fd in (r1, w1, r2, w2):
+            os.set_blocking(fd, False)
+        first = batch.step(0, [w1, w2])
+        assert os.read(r1, 16) == b"\0" and os.read(r2, 16) == b"\0"
+        fcntl.fcntl(w1, fcntl.F_SETPIPE_SZ, 4096)
+        with pytest.raises(BlockingIOError):
+            while True:
+                os.write(w1, b"x" * 4096)  # fill the pipe
+        second = batch.step(0, [w1])  # full: counts as woken
+        r3, w3 = os.pipe()
+        os.close(r3)
+        os.close(w3)
+        with pytest.raises(ValueError, match=f"wake_fds: cannot write to fd {w3}"):
+            batch.step(0, [w3])
+        assert batch.busy(0)
+        third = batch.step(0)
+    finally:
+        for fd in (r1, w1, r2, w2):
+            os.close(fd)
+    assert [e[1] for e in first + second + third] == list(native.generate([5, 6, 7], 3))
+    assert third[0][2] == FINISH_LENGTH

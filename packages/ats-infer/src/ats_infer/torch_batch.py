@@ -5,6 +5,9 @@ one KVCache per slot. A step runs one forward per busy slot (a prompt chunk or o
 are not yet fused into one batched forward, since ats-model's KVCache shares one write position
 across its batch."""
 
+import os
+from collections.abc import Sequence
+
 import torch
 from ats_model import KVCache, Transformer
 
@@ -63,9 +66,16 @@ class TorchBatch:
             self.slots[slot] = None
 
     @torch.no_grad()
-    def step(self, prefill_budget: int = 0) -> list[tuple]:
+    def step(self, prefill_budget: int = 0, wake_fds: Sequence[int] = ()) -> list[tuple]:
         if prefill_budget < 0:
             raise ValueError("prefill_budget must be >= 0 (0 = no limit)")
+        for fd in wake_fds:  # as ats_native.Batch.step: one byte each before the forward pass
+            try:
+                os.write(fd, b"\0")
+            except BlockingIOError:  # the pipe is full: a wake-up is already pending
+                pass
+            except OSError as err:
+                raise ValueError(f"wake_fds: cannot write to fd {fd}: {err.strerror}") from err
         budget = prefill_budget or 1 << 30
         events = []
         for i, s in enumerate(self.slots):

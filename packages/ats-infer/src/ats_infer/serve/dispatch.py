@@ -118,14 +118,15 @@ async def start(
     loop = asyncio.get_running_loop()
     deadline = time.monotonic() + state.settings.request_timeout
     base_seed = secrets.randbits(63) if req.seed is None else req.seed
+    mailbox = state.scheduler.mailbox(loop)
     jobs, queues = [], []
     for prompt, budget in zip(prompts, budgets, strict=True):
         for _ in range(req.n):
             queue: asyncio.Queue = asyncio.Queue()
             seed = (base_seed + len(jobs)) % 2**64
             jobs.append(
-                Job.for_loop(
-                    loop,
+                Job.for_mailbox(
+                    mailbox,
                     queue,
                     prompt=prompt,
                     max_new_tokens=budget,
