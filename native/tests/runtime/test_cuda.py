@@ -353,3 +353,10 @@ def test_cuda_rejects_families_it_does_not_run(saved_model) -> None:
     _, directory = saved_model("tiny-mod")
     with pytest.raises(ValueError, match="runs dense and MoE models; this model's family is 'mod'"):
         ats_native.Model(str(directory), device="cuda")
+
+
+@gpu
+def test_cuda_refuses_head_dims_past_its_attention(saved_model) -> None:
+    _, directory = saved_model("tiny-dense", n_head=1, n_kv_head=1, head_dim=288)
+    with pytest.raises(ValueError, match=r"even head_dim <= 256 \(got dim 64, head_dim 288\)"):
+        ats_native.Model(str(directory), device="cuda")
