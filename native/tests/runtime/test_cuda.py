@@ -225,6 +225,41 @@ def test_decode_over_split_keys_matches_cpu(
     assert np.abs(our_lp - their_lp).max() < FLOAT_REL_TOL * np.abs(their_lp).max()
 
 
+@gpu
+@pytest.mark.parametrize("scheme", ["float", "bf16", *SCHEMES])
+def test_decode_steps_match_prefill_of_the_same_tokens(
+    saved_model, tmp_path, monkeypatch, scheme: str
+) -> None:
+    # a decode step's matmuls (a warp per 4 output rows; 1000 logits end in a group of 8) sum
+    # each row in the order of prefill's (a warp per row, 8 activation rows): the logprobs of a
+    # token agree to rounding whichever path computed them (graphs off: the same key splits)
+    monkeypatch.setenv("ATS_CUDA_GRAPHS", "0")
+    dtype = torch.bfloat16 if scheme == "bf16" else torch.float32
+    _, directory = saved_model("tiny-dense", dtype, vocab_size=1000)
+    path = str(directory)
+    if scheme in SCHEMES:
+        path = str(quantize_model_dir(directory, tmp_path / scheme, *SCHEMES[scheme]))
+    cuda = ats_native.Model(path, device="cuda")
+    prompt = random_ids(1000, (9,), 9).tolist()
+
+    def steps(ids: list[int], n: int) -> list[tuple[int, list[float]]]:
+        batch = ats_native.Batch(cuda, n_slots=1, max_len=64)
+        batch.start(0, ids, n, logprobs=True, top_logprobs=5)
+        out = []
+        while batch.busy(0):
+            for _, token, _, logprob, top in batch.step(0):
+                out.append((token, [logprob, *(lp for _, lp in top)]))
+        return out
+
+    decoded = steps(prompt, 12)
+    tokens = [token for token, _ in decoded]
+    assert len(set(tokens)) > 3
+    for k in (1, 5, 11):
+        token, logprobs = steps(prompt + tokens[:k], 1)[0]
+        assert token == tokens[k]
+        np.testing.assert_allclose(logprobs, decoded[k][1], rtol=1e-5, atol=1e-6)
+
+
 def first_argmax(logits: np.ndarray) -> int:
     """logits_argmax's rule: the first index of the largest value, NaN never larger (index 0 when
     logits[0] is NaN)."""
@@ -317,4 +352,11 @@ def test_moe_logits_and_generation_match_cpu(saved_model, tmp_path, scheme: str)
 def test_cuda_rejects_families_it_does_not_run(saved_model) -> None:
     _, directory = saved_model("tiny-mod")
     with pytest.raises(ValueError, match="runs dense and MoE models; this model's family is 'mod'"):
+        ats_native.Model(str(directory), device="cuda")
+
+
+@gpu
+def test_cuda_refuses_head_dims_past_its_attention(saved_model) -> None:
+    _, directory = saved_model("tiny-dense", n_head=1, n_kv_head=1, head_dim=288)
+    with pytest.raises(ValueError, match=r"even head_dim <= 256 \(got dim 64, head_dim 288\)"):
         ats_native.Model(str(directory), device="cuda")
