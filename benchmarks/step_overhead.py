@@ -20,9 +20,10 @@ mean step (the orchestrator's window work runs every 10 steps: a median step wou
 "ratio" = trainer / bare. One JSON line per run.
 
 `--paired A,B` compares two runs directly instead: both trainers are built (two copies of the
-model), warmed up, then timed in alternating blocks (A, B, A, B, ...), so a drift of the device's
+model), warmed up, then timed in alternating blocks (A B, B A, A B, ...), so a drift of the device's
 speed between runs (seen on the H200: a bare 124m loop moved 10% from one run to the next) hits
-both alike; it prints the median and range over rounds of B's block time / A's.
+both alike; it prints the median and range over rounds of B's block time / A's. `--paired A,A`
+is the control: the same run twice shows the method's own bias and spread.
 
 Shapes: `small` (default) is shakespeare.py's model scaled down so the host's work is a visible
 share of a CPU step; `shakespeare` is its full model (batch 64 x 256 bytes); `124m` is the
@@ -120,19 +121,22 @@ def measure(trainer: Trainer, steps: int, rounds: int) -> tuple[float, float]:
 
 
 def paired(trainers: dict[str, Trainer], steps: int, rounds: int) -> list[float]:
-    """Per round, the second trainer's mean step time over the first's, blocks alternating."""
+    """Per round, the second trainer's mean step time over the first's, blocks alternating; the
+    order flips every round (A B, B A, ...), so what a block does to the next one (a cooler or
+    warmer device, the allocator) falls on both alike."""
     block = max(1, steps // rounds)
+    first, second = trainers.values()
     ratios = []
-    for _ in range(rounds):
-        times = []
-        for trainer in trainers.values():
+    for r in range(rounds):
+        times = {}
+        for trainer in (first, second) if r % 2 == 0 else (second, first):
             t = time.perf_counter()
             for _ in range(block):
                 trainer.train_step()
             if trainer.backend.device.type == "cuda":
                 torch.cuda.synchronize()
-            times.append((time.perf_counter() - t) / block)
-        ratios.append(times[1] / times[0])
+            times[id(trainer)] = (time.perf_counter() - t) / block
+        ratios.append(times[id(second)] / times[id(first)])
     for trainer in trainers.values():
         trainer.flush()
     return ratios
@@ -158,34 +162,40 @@ def main() -> None:
         torch.set_num_threads(1)  # one core for the model, the other to the OS and writer threads
     with tempfile.TemporaryDirectory() as tmp:
         data = shakespeare.prepare(shakespeare.stdlib_text(Path(tmp)), Path(tmp) / "data")
-        configs = {}
+        configs = []
         for name in names:
-            configs[name] = {
-                **shakespeare.RUNS[args.model],
-                "data.source": str(data),
-                "train.steps": 100_000,  # the schedule's length, not how many run
-                "train.precision": "fp32" if args.device == "cpu" else "bf16",
-                "train.device": args.device,
-                "train.log_every": 25,
-                "checkpoint.every": 0,
-                **({"kernels": "reference"} if args.device == "cpu" else {}),
-                **SHAPES[args.shape],
-                **(
-                    {"model.ffn_dim": 32 if args.model != "dense" else 128}
-                    if args.shape == "small"
-                    else {}
-                ),
-                **RUNS[name],
-            }
+            configs.append(
+                (
+                    name,
+                    {
+                        **shakespeare.RUNS[args.model],
+                        "data.source": str(data),
+                        "train.steps": 100_000,  # the schedule's length, not how many run
+                        "train.precision": "fp32" if args.device == "cpu" else "bf16",
+                        "train.device": args.device,
+                        "train.log_every": 25,
+                        "checkpoint.every": 0,
+                        **({"kernels": "reference"} if args.device == "cpu" else {}),
+                        **SHAPES[args.shape],
+                        **(
+                            {"model.ffn_dim": 32 if args.model != "dense" else 128}
+                            if args.shape == "small"
+                            else {}
+                        ),
+                        **RUNS[name],
+                    },
+                )
+            )
         if args.paired:
             with contextlib.ExitStack() as stack:
                 trainers = {}
-                for name, flat in configs.items():
-                    run_dir = Path(tmp) / f"run-{name}"
+                for i, (name, flat) in enumerate(configs):  # A,A allowed: an A/A control
+                    run_dir = Path(tmp) / f"run-{i}-{name}"
                     run_dir.mkdir()
-                    trainers[name] = stack.enter_context(build_trainer(build_config(flat), run_dir))
+                    trainer = stack.enter_context(build_trainer(build_config(flat), run_dir))
+                    trainers[run_dir.name] = trainer
                     for _ in range(args.warmup):
-                        trainers[name].train_step()
+                        trainer.train_step()
                 ratios = paired(trainers, args.steps, args.rounds)
             print(
                 json.dumps(
@@ -201,7 +211,7 @@ def main() -> None:
                 flush=True,
             )
             return
-        for name, flat in configs.items():
+        for name, flat in configs:
             run_dir = Path(tmp) / f"run-{name}"
             run_dir.mkdir()
             with build_trainer(build_config(flat), run_dir) as trainer:
