@@ -36,9 +36,6 @@ struct GpuQAct {
  * res): fp32 x for float weights, xq for quantized ones. */
 void gpu_matmul(const GpuWeight &w, const float *x, const GpuQAct &xq, int64_t N, float *y,
                 cudaStream_t st, const float *res = nullptr);
-/* Sizes gpu_matmul's grids for this GPU; call before the first gpu_matmul (outside any stream
- * capture). */
-void gpu_matmul_init();
 /* xq = Q8_0(x) for x (N, C), C % 32 == 0. */
 void gpu_quantize(const float *x, int64_t N, int64_t C, GpuQAct xq, cudaStream_t st);
 

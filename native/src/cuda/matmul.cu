@@ -327,58 +327,48 @@ __global__ void __launch_bounds__(WARPS * 32, NR == 1 ? 4 : 1)
     }
 }
 
-static const int THREADS = WARPS * 32;
-
-/* Blocks of kernel k resident on the GPU at once: occupancy x SMs. */
-static int64_t resident_blocks(const void *k) {
+/* Blocks of kernel k (threads each) resident on the GPU at once: occupancy x SMs. */
+static int64_t resident_blocks(const void *k, int threads) {
     int dev = 0, sms = 0, per_sm = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, THREADS, 0);
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, threads, 0);
     return (int64_t)(per_sm > 0 ? per_sm : 1) * (sms > 0 ? sms : 1);
-}
-
-/* The resident blocks of each kernel, counted on the first call (gpu_matmul_init: before any
- * stream capture). */
-template <int NR, int RPW, int UN>
-static int64_t fit(GpuWeightType type) {
-    static const int64_t f32 = resident_blocks((const void *)matmul_f32<NR, RPW, UN>);
-    static const int64_t bf16 = resident_blocks((const void *)matmul_bf16<NR, RPW, UN>);
-    static const int64_t q8 = resident_blocks((const void *)matmul_q8<NR, RPW, UN>);
-    static const int64_t q4 = resident_blocks((const void *)matmul_q4<NR, RPW, UN>);
-    return type == GPU_F32 ? f32 : type == GPU_BF16 ? bf16 : type == GPU_Q8 ? q8 : q4;
 }
 
 template <int NR, int RPW, int UN>
 static void launch_matmul(const GpuWeight &w, const float *x, const GpuQAct &xq, int64_t N,
                           float *y, const float *res, cudaStream_t st) {
+    const int threads = WARPS * 32;
     const int64_t tasks = (w.rows + RPW - 1) / RPW * ((N + NR - 1) / NR);
-    const int64_t need = (tasks + WARPS - 1) / WARPS, most = fit<NR, RPW, UN>(w.type);
-    const unsigned grid = (unsigned)(need < most ? need : most);
+    const int64_t need = (tasks + WARPS - 1) / WARPS;
     switch (w.type) {
-    case GPU_F32:
-        matmul_f32<NR, RPW, UN><<<grid, THREADS, 0, st>>>((const float *)w.data, w.rows, w.cols,
-                                                          x, N, res, y);
-        break;
-    case GPU_BF16:
-        matmul_bf16<NR, RPW, UN><<<grid, THREADS, 0, st>>>((const __nv_bfloat16 *)w.data,
-                                                           w.rows, w.cols, x, N, res, y);
-        break;
-    case GPU_Q8:
-        matmul_q8<NR, RPW, UN><<<grid, THREADS, 0, st>>>((const int8_t *)w.data, w.scale, w.rows,
-                                                         w.cols, xq.q, xq.d, N, res, y);
-        break;
-    case GPU_Q4:
-        matmul_q4<NR, RPW, UN><<<grid, THREADS, 0, st>>>((const uint8_t *)w.data, w.scale4,
-                                                         w.group, w.rows, w.cols, xq.q, xq.d, N,
-                                                         res, y);
+    case GPU_F32: {
+        static const int64_t fit = resident_blocks((const void *)matmul_f32<NR, RPW, UN>, threads);
+        matmul_f32<NR, RPW, UN><<<(unsigned)(need < fit ? need : fit), threads, 0, st>>>(
+            (const float *)w.data, w.rows, w.cols, x, N, res, y);
         break;
     }
-}
-
-void gpu_matmul_init() {
-    fit<1, RPW_DECODE, UN_DECODE>(GPU_F32);
-    fit<NR_BATCH, 1, 4>(GPU_F32);
+    case GPU_BF16: {
+        static const int64_t fit =
+            resident_blocks((const void *)matmul_bf16<NR, RPW, UN>, threads);
+        matmul_bf16<NR, RPW, UN><<<(unsigned)(need < fit ? need : fit), threads, 0, st>>>(
+            (const __nv_bfloat16 *)w.data, w.rows, w.cols, x, N, res, y);
+        break;
+    }
+    case GPU_Q8: {
+        static const int64_t fit = resident_blocks((const void *)matmul_q8<NR, RPW, UN>, threads);
+        matmul_q8<NR, RPW, UN><<<(unsigned)(need < fit ? need : fit), threads, 0, st>>>(
+            (const int8_t *)w.data, w.scale, w.rows, w.cols, xq.q, xq.d, N, res, y);
+        break;
+    }
+    case GPU_Q4: {
+        static const int64_t fit = resident_blocks((const void *)matmul_q4<NR, RPW, UN>, threads);
+        matmul_q4<NR, RPW, UN><<<(unsigned)(need < fit ? need : fit), threads, 0, st>>>(
+            (const uint8_t *)w.data, w.scale4, w.group, w.rows, w.cols, xq.q, xq.d, N, res, y);
+        break;
+    }
+    }
 }
 
 void gpu_matmul(const GpuWeight &w, const float *x, const GpuQAct &xq, int64_t N, float *y,

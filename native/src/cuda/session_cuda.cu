@@ -138,7 +138,6 @@ bool cuda_session_init(ats_session *sess, CudaSession **out, std::string *err) {
                " key slots";
         return false;
     }
-    gpu_matmul_init();
     std::unique_ptr<CudaSession> cs(new CudaSession());
     cs->graphs = graphs == "1";
     CUDA_TRY(cudaStreamCreateWithFlags(&cs->stream, cudaStreamNonBlocking), "stream");
