@@ -1,8 +1,9 @@
 """Post-training demonstration (issue 26): pretrain a small model on generated arithmetic word
-problems, SFT it into a chat model, then GRPO (exact-match + format rewards) and, from the SFT
-model, DPO; report held-out exact match after SFT, GRPO and DPO, and DPO's held-out preference
-accuracy. Problems of the held-out split use (a, b) pairs the training split never contains, so
-the score cannot come from memorised answers. Also measures SFT packing against padding.
+problems and bare equations, SFT it into a chat model, then GRPO (exact-match + format rewards)
+and, from the SFT model, DPO and (the control) more SFT; report held-out exact match after each,
+the SFT model's pass@group, and DPO's held-out preference accuracy. Problems of the held-out split
+use (a, b) pairs that no training document contains, so the score cannot come from memorised
+answers. Also measures SFT packing against padding.
 
     uv run python benchmarks/post_training.py --scale smoke --work /tmp/post-bench    # CPU, ~minutes
     uv run python benchmarks/post_training.py --device cuda --work /tmp/post-bench    # H200
@@ -41,9 +42,13 @@ from ats_train.objectives.sft import SFTObjective
 # at seq_len one example of ~50 tokens nearly fills a row and packing has nothing to pack
 PACK_ROWS = 4
 HELDOUT_SHARE = 0.1  # of all (a, b) pairs
-# generation budget of an answer: "999 + 999 = 8991 reversed. answer: 1998" is 23 digit-split
+# generation budget of an answer: "999+999=8991 reversed. answer: 1998" is 19 digit-split
 # tokens, + <|im_end|>
 ANSWER_TOKENS = 32
+# constant, and the SFT control's. At 5e-4 the cpu run's sampled exact match fell from 0.117 to 0
+# in 7 steps: most groups score alike, the gradient is small and noisy, and Adam's first steps
+# move every weight by about lr whatever its gradient's size (5e-5: no collapse in 40 steps)
+GRPO_LR = 5e-5
 NAMES = ["Ada", "Ben", "Cleo", "Dev", "Eli", "Fay", "Gus", "Hana"]
 ITEMS = ["apples", "coins", "stamps", "marbles", "books", "shells"]
 # GPT-4's pattern with one digit per pre-token (as Llama and DeepSeek split digits). BPE on
@@ -60,6 +65,7 @@ class Scale:
     seq_len: int
     n_train: int
     n_heldout: int
+    n_equations: int  # bare worked equations of training pairs beside the word problems
     pretrain_steps: int
     sft_steps: int
     grpo_steps: int
@@ -70,11 +76,11 @@ class Scale:
 
 
 SMOKE = Scale(2, {"dim": 64, "n_layer": 2, "n_head": 4, "n_kv_head": 2, "ffn_dim": 128}, 96,
-              400, 40, 60, 30, 6, 10, 16, 4, 4)  # fmt: skip
+              400, 40, 1000, 60, 30, 6, 10, 16, 4, 4)  # fmt: skip
 CPU = Scale(2, {"dim": 128, "n_layer": 4, "n_head": 4, "n_kv_head": 2, "ffn_dim": 384}, 128,
-            4000, 200, 800, 200, 40, 60, 32, 16, 8)  # fmt: skip
+            4000, 200, 10000, 800, 200, 40, 60, 32, 16, 8)  # fmt: skip
 FULL = Scale(3, {"dim": 384, "n_layer": 6, "n_head": 6, "n_kv_head": 2, "ffn_dim": 1024}, 128,
-             20000, 500, 2000, 600, 200, 200, 64, 32, 8)  # fmt: skip
+             20000, 500, 150000, 4000, 300, 200, 200, 128, 32, 8)  # fmt: skip
 
 
 SCALES = {"smoke": SMOKE, "cpu": CPU, "full": FULL}
@@ -87,7 +93,7 @@ def worked(expression: str, result: int) -> str:
     (Lee et al. 2023, "Teaching Arithmetic to Small Transformers": reversed outputs learn addition
     from far fewer examples than plain ones). The last number is the true result, which
     exact_match checks, so the worked part cannot be used to game the reward."""
-    return f"{expression} = {str(result)[::-1]} reversed. answer: {result}"
+    return f"{expression}={str(result)[::-1]} reversed. answer: {result}"
 
 
 def problem(rng: random.Random, a: int, b: int) -> tuple[str, str, int]:
@@ -95,10 +101,10 @@ def problem(rng: random.Random, a: int, b: int) -> tuple[str, str, int]:
     name, item = rng.choice(NAMES), rng.choice(ITEMS)
     if rng.random() < 0.5:
         q = f"{name} has {a} {item} and gets {b} more. How many {item} does {name} have now?"
-        return q, worked(f"{a} + {b}", a + b), a + b
+        return q, worked(f"{a}+{b}", a + b), a + b
     a, b = max(a, b), min(a, b)
     q = f"{name} has {a} {item} and gives away {b}. How many {item} are left?"
-    return q, worked(f"{a} - {b}", a - b), a - b
+    return q, worked(f"{a}-{b}", a - b), a - b
 
 
 def held_out(a: int, b: int) -> bool:
@@ -123,6 +129,26 @@ def make_problems(scale: Scale, seed: int) -> tuple[list, list]:
     return train, heldout
 
 
+def equations(scale: Scale, seed: int) -> list[str]:
+    """scale.n_equations distinct bare worked equations ("53+24=77 reversed. answer: 77") of
+    pairs outside the held-out split, for pretraining: the arithmetic in ~20 tokens instead of a
+    ~50-token word problem, so the same pretraining tokens hold about twice as many sums. Distinct,
+    because the data pipeline drops exact duplicate documents."""
+    rng = random.Random(f"equations {seed}")
+    lo, hi = 10 ** (scale.digits - 1), 10**scale.digits - 1
+    out: dict[str, None] = {}
+    while len(out) < scale.n_equations:
+        a, b = rng.randint(lo, hi), rng.randint(lo, hi)
+        if held_out(a, b):
+            continue
+        if rng.random() < 0.5:
+            out[worked(f"{a}+{b}", a + b)] = None
+        else:
+            a, b = max(a, b), min(a, b)
+            out[worked(f"{a}-{b}", a - b)] = None
+    return list(out)
+
+
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
@@ -131,7 +157,7 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
 def wrong(answer: str, result: int, rng: random.Random) -> str:
     """The same worked answer for a nearby wrong result (never negative, so it reads the same)."""
     bad = result + rng.choice([d for d in (-10, -2, -1, 1, 2, 10) if result + d >= 0])
-    return worked(answer.split(" = ")[0], bad)
+    return worked(answer.split("=")[0], bad)
 
 
 def run(command: list[str], overrides: dict[str, object]) -> None:
@@ -142,8 +168,12 @@ def run(command: list[str], overrides: dict[str, object]) -> None:
 
 
 @torch.no_grad()
-def exact_match_rate(model_dir: Path, heldout: list, device: str, max_new: int) -> float:
-    """Greedy chat completions of the held-out questions scored by the shipped exact_match."""
+def exact_match_rate(
+    model_dir: Path, heldout: list, device: str, max_new: int, samples: int = 1
+) -> float:
+    """Chat completions of the held-out questions scored by the shipped exact_match: greedy, or
+    with `samples` > 1 the share of questions with at least one right completion among that many
+    sampled at temperature 1 (pass@samples, what a GRPO group of that size can find)."""
     model = load_pretrained(model_dir, device=device).eval()
     tok = Tokenizer.load(model_dir / "tokenizer.json")
     stops = (tok.eos_id, tok.special_tokens[IM_END])
@@ -160,9 +190,12 @@ def exact_match_rate(model_dir: Path, heldout: list, device: str, max_new: int) 
         mask = torch.zeros_like(ids)
         for b, p in enumerate(prompts):
             ids[b, width - len(p) :], mask[b, width - len(p) :] = torch.tensor(p), 1
-        out = generate(model, ids, max_new, attention_mask=mask, temperature=0.0, stop_tokens=stops)
+        ids, mask = ids.repeat_interleave(samples, 0), mask.repeat_interleave(samples, 0)
+        out = generate(model, ids, max_new, attention_mask=mask, temperature=float(samples > 1),
+                       stop_tokens=stops, seed=i)  # fmt: skip
         texts = [tok.decode([t for t in row if t not in stops]) for row in out[:, width:].tolist()]
-        scores += exact_match([], texts, answer=[str(r) for _, _, r in chunk])
+        right = exact_match([], texts, answer=[str(r) for _, _, r in chunk for _ in range(samples)])
+        scores += torch.tensor(right).view(-1, samples).amax(dim=1).tolist()
     return sum(scores) / len(scores)
 
 
@@ -246,7 +279,9 @@ def main(argv: list[str] | None = None) -> dict:
     train, heldout = make_problems(scale, args.seed)
     rng = random.Random(args.seed + 1)
     corpus = work / "pretrain.txt"
-    corpus.write_text("\n\n".join(f"{q}\n{a}" for q, a, _ in train) + "\n")
+    documents = [f"{q}\n{a}" for q, a, _ in train] + equations(scale, args.seed)
+    random.Random(args.seed + 2).shuffle(documents)
+    corpus.write_text("\n\n".join(documents) + "\n")  # one document per paragraph
     tok = Tokenizer.train(
         iter([corpus.read_text()]), 512, special_tokens=CHAT_SPECIAL_TOKENS, pattern=DIGIT_PATTERN
     )
@@ -275,7 +310,7 @@ def main(argv: list[str] | None = None) -> dict:
     run(["--run-dir", str(work / "pretrain")], {
         **common, **model, "model.preset": "tiny-dense", "model.max_seq_len": PACK_ROWS * scale.seq_len,
         "data.source": corpus, "data.tokenizer": work / "tokenizer.json", "data.max_bytes": "none",
-        "data.mode": "packed", "data.val_fraction": 0.2, "data.cache_dir": work / "cache",
+        "data.mode": "random", "data.val_fraction": 0.05, "data.cache_dir": work / "cache",
         "train.eval_batches": 1, "train.steps": scale.pretrain_steps, "train.batch_size": scale.batch,
         "optim.lr": 3e-3, "optim.warmup_steps": scale.pretrain_steps // 10,
     })  # fmt: skip
@@ -292,7 +327,14 @@ def main(argv: list[str] | None = None) -> dict:
         "grpo.group_size": scale.group, "grpo.max_completion_tokens": ANSWER_TOKENS,
         "grpo.rewards": '["exact_match","answer_format"]', "grpo.reward_weights": "[1.0,0.2]",
         "grpo.loss_type": "dr_grpo", "grpo.scale": "none",
-        "optim.lr": 2e-4, "optim.min_lr": 2e-4, "optim.warmup_steps": 0, "optim.weight_decay": 0.0,
+        "optim.lr": GRPO_LR, "optim.min_lr": GRPO_LR, "optim.warmup_steps": 0,
+        "optim.weight_decay": 0.0,
+    })  # fmt: skip
+    # the control: SFT continued from the SFT model for as many steps as GRPO took, at GRPO's lr
+    run(["sft", "--run-dir", str(work / "sft_more")], {
+        **post, "model.init_from": sft_dir, "data.source": sft_file,
+        "train.steps": scale.grpo_steps, "train.batch_size": scale.batch // 4,
+        "optim.lr": GRPO_LR, "optim.min_lr": GRPO_LR, "optim.warmup_steps": 0,
     })  # fmt: skip
     run(["dpo", "--run-dir", str(work / "dpo")], {
         **post, "model.init_from": sft_dir, "data.source": dpo_file, "dpo.beta": 0.1,
@@ -310,10 +352,18 @@ def main(argv: list[str] | None = None) -> dict:
             for stage, model_dir in (
                 ("pretrained", work / "pretrain" / "model"),
                 ("sft", sft_dir),
+                ("sft_continued", work / "sft_more" / "model"),
                 ("grpo", work / "grpo" / "model"),
                 ("dpo", work / "dpo" / "model"),
             )
         },
+        # the same scoring on training problems (pairs seen in training) and pass@group
+        "sft_exact_match_train_problems": exact_match_rate(
+            sft_dir, train[: len(heldout)], args.device, ANSWER_TOKENS
+        ),
+        "sft_pass_at_group": exact_match_rate(
+            sft_dir, heldout, args.device, ANSWER_TOKENS, samples=scale.group
+        ),
         "sft_packing": measure_packing(
             sft_dir, sft_file, PACK_ROWS * scale.seq_len, args.device, 8
         ),

@@ -29,7 +29,7 @@ def _benchmark():
 
 
 def _operands(answer: str) -> frozenset[int]:
-    a, b = re.match(r"(\d+) [-+] (\d+) = ", answer).groups()
+    a, b = re.match(r"(\d+)[-+](\d+)=", answer).groups()
     return frozenset((int(a), int(b)))
 
 
@@ -54,12 +54,24 @@ def test_heldout_pairs_never_train_and_cover_every_units_digit_pair() -> None:
     )
 
 
+def test_pretraining_equations_are_distinct_right_and_of_training_pairs_only() -> None:
+    bench = _benchmark()
+    scale = bench.SCALES["cpu"]
+    eqs = bench.equations(scale, seed=0)
+    assert len(eqs) == len(set(eqs)) == scale.n_equations
+    for eq in eqs:
+        a, op, b, rest = re.match(r"(\d+)([-+])(\d+)=(.*)$", eq).groups()
+        result = int(a) + int(b) if op == "+" else int(a) - int(b)
+        assert eq == bench.worked(f"{a}{op}{b}", result) and result >= 0
+        assert not bench.held_out(int(a), int(b))
+
+
 def test_worked_answers_end_in_the_true_result_and_rejected_ones_in_a_wrong_one() -> None:
     """The worked answer writes the result least significant digit first, then the result that
     exact_match reads; a DPO rejected answer is the same worked form of a nearby wrong result."""
     bench = _benchmark()
-    assert bench.worked("347 + 285", 632) == "347 + 285 = 236 reversed. answer: 632"
-    assert bench.worked("63 - 59", 4) == "63 - 59 = 4 reversed. answer: 4"
+    assert bench.worked("347+285", 632) == "347+285=236 reversed. answer: 632"
+    assert bench.worked("63-59", 4) == "63-59=4 reversed. answer: 4"
     train, _ = bench.make_problems(bench.SCALES["cpu"], seed=0)
     rng = random.Random(0)
     answers = [a for _, a, _ in train]
@@ -69,9 +81,9 @@ def test_worked_answers_end_in_the_true_result_and_rejected_ones_in_a_wrong_one(
     assert exact_match([], rejected, answer=results) == [0.0] * len(train)
     assert answer_format([], rejected) == answer_format([], answers) == [1.0] * len(train)
     for (_, a, r), bad in zip(train, rejected, strict=True):
-        expression, rest = bad.split(" = ")
+        expression, rest = bad.split("=")
         value = int(rest.rsplit(" ", 1)[1])
-        assert expression == a.split(" = ")[0] and value >= 0 and abs(value - r) in (1, 2, 10)
+        assert expression == a.split("=")[0] and value >= 0 and abs(value - r) in (1, 2, 10)
         assert bad == bench.worked(expression, value)
 
 
@@ -84,22 +96,10 @@ def test_digit_tokenizer_gives_one_token_per_digit_through_save_and_load(tmp_pat
     tok.save(tmp_path / "tokenizer.json")
     loaded = Tokenizer.load(tmp_path / "tokenizer.json")
     assert loaded.pattern == bench.DIGIT_PATTERN
-    ids = loaded.encode_ordinary("345 + 346 = 691")
+    ids = loaded.encode_ordinary("345+346=196 reversed")
     assert [loaded.decode([i]) for i in ids] == [
-        "3",
-        "4",
-        "5",
-        " +",
-        " ",
-        "3",
-        "4",
-        "6",
-        " =",
-        " ",
-        "6",
-        "9",
-        "1",
-    ]
+        *"345", "+", *"346", "=", *"196", " reversed"
+    ]  # fmt: skip
     assert loaded.encode_ordinary(text) == tok.encode_ordinary(text)
 
 
@@ -113,11 +113,14 @@ def test_smoke_pipeline_reports_every_number(tmp_path: Path) -> None:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((work / "report.json").read_text())
-    assert set(report["exact_match"]) == {"pretrained", "sft", "grpo", "dpo"}
+    assert set(report["exact_match"]) == {"pretrained", "sft", "sft_continued", "grpo", "dpo"}
     assert all(0.0 <= v <= 1.0 for v in report["exact_match"].values())
+    # pass@group counts a question right when any of its samples is; greedy is one sample
+    assert 0.0 <= report["sft_pass_at_group"] <= 1.0
+    assert 0.0 <= report["sft_exact_match_train_problems"] <= 1.0
     assert 0.0 <= report["dpo_heldout_preference_accuracy"] <= 1.0
     packing = report["sft_packing"]
     assert packing["packed"]["rows"] < packing["padded"]["rows"]  # several examples per row
     assert all(packing[k]["real_tokens_per_s"] > 0 for k in ("packed", "padded"))
-    for stage in ("sft", "grpo", "dpo"):
+    for stage in ("sft", "sft_more", "grpo", "dpo"):
         assert (work / stage / "model" / "model.safetensors").is_file()
