@@ -33,16 +33,21 @@ def launch(entry: list[str], nproc: int | None) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S)
 
 
+def free_port() -> int:
+    """A TCP port nothing on this host listens on now (the OS picks it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def run_ats_train_deepspeed_launcher(args: list[str], nproc: int) -> subprocess.CompletedProcess:
     """The real `ats-train ARGS` CLI under DeepSpeed's own launcher (`deepspeed --num_gpus N
     --no_local_rank --module ats_train.cli`, as packages/ats-train/README.md documents), which
     sets RANK / LOCAL_RANK / WORLD_SIZE / MASTER_* itself; on a CPU host it starts N CPU ranks."""
     launcher = shutil.which("deepspeed", path=str(Path(sys.executable).parent))
     assert launcher is not None, "the deepspeed launcher is not installed beside this python"
-    with socket.socket() as s:  # a free port: the launcher's default 29500 may be taken
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [launcher, "--num_gpus", str(nproc), "--master_port", str(port), "--no_local_rank"]
+    # the launcher's default port 29500 may be taken (another test worker, another run)
+    cmd = [launcher, "--num_gpus", str(nproc), "--master_port", str(free_port()), "--no_local_rank"]
     cmd += ["--module", "ats_train.cli", *args]
     return subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S)
 

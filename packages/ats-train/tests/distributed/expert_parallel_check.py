@@ -18,9 +18,7 @@ import torch
 import torch.distributed as dist
 from ats_model import build_model, presets
 from ats_train.backends.expert_parallel import (
-    build_expert_parallel,
     clip_grad_norm,
-    expert_parameter_names,
     reduce_expert_grads,
     shard_experts,
 )
@@ -73,11 +71,10 @@ def _gathered(value: object) -> list:
 
 def check(capacity_factor: float | None) -> dict[str, object]:
     rank = dist.get_rank()
-    ep = build_expert_parallel(EP)
     oracle = _model(capacity_factor)
     model = copy.deepcopy(oracle)
-    shard_experts(model, ep)
-    experts = set(expert_parameter_names(model))
+    ep, names, _ = shard_experts(model, EP)
+    experts = set(names)
     batches = _batches(oracle.config.vocab_size)
 
     # forward and backward of this rank's loss

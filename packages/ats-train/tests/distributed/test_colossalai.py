@@ -23,7 +23,7 @@ import torch
 from ats_train.backends import build_backend
 from ats_train.config import ColossalAISettings, ConfigError, ParallelSection
 from ats_train.precision import build_precision
-from ats_train_torchrun import ENV, model_weights, train_losses
+from ats_train_torchrun import ENV, free_port, model_weights, train_losses
 from safetensors.torch import load_file
 
 pytestmark = [pytest.mark.dist]
@@ -114,7 +114,8 @@ def test_colossalai_refuses_the_cpu() -> None:
         "opt = torch.optim.AdamW(model.parameters())\n"
         "Booster(plugin=LowLevelZeroPlugin(stage=2, precision='fp32')).boost(model, opt)\n"
     )
-    env = {**ENV, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29531", "CUDA_VISIBLE_DEVICES": ""}
+    port = str(free_port())
+    env = {**ENV, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "CUDA_VISIBLE_DEVICES": ""}
     proc = subprocess.run(
         [str(ENV_PYTHON), "-c", script], env=env, capture_output=True, text=True, timeout=300
     )

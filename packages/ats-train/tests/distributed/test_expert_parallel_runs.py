@@ -85,6 +85,31 @@ def test_expert_parallel_2_reproduces_the_single_process_run(
     _assert_same_weights(tmp_path, single_reference)
 
 
+def _launch(overrides, run_dir: Path, backend: str, **extra: object) -> None:  # noqa: ANN001
+    if backend == "single":  # one process: the experts' layout without expert parallelism
+        args = run_args(overrides, run_dir, **REFERENCE_EXTRA, **NO_SURGERY, **extra)
+        assert_ok(run_ats_train(args, nproc=None))
+    else:
+        assert_ok(run_ats_train(_args(overrides, run_dir, backend, **extra), nproc=2))
+
+
+@pytest.fixture(scope="module")
+def saved_at_step_4(overrides, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN001, ANN201
+    """saved_at_step_4(backend) -> the run dir of a 4-step run on that layout, made once and
+    resumed (copied) by every test that continues it."""
+    saved: dict[str, Path] = {}
+
+    def get(backend: str) -> Path:
+        if backend not in saved:
+            run_dir = tmp_path_factory.mktemp(f"saved-{backend}")
+            _launch(overrides, run_dir, backend, train__steps=4)
+            assert (run_dir / "checkpoints" / "latest").read_text().strip() == "step-000004"
+            saved[backend] = run_dir
+        return saved[backend]
+
+    return get
+
+
 @pytest.mark.parametrize(
     ("saved_with", "resumed_with"),
     [("ddp", "single"), ("single", "ddp"), ("fsdp2", "single"), ("fsdp2", "ddp"), ("ddp", "fsdp2")],
@@ -97,26 +122,21 @@ def test_expert_parallel_2_reproduces_the_single_process_run(
     ],
 )
 def test_checkpoint_resumes_at_another_expert_parallel_size(
-    saved_with: str, resumed_with: str, single_reference: Path, overrides, tmp_path: Path
+    saved_with: str,
+    resumed_with: str,
+    saved_at_step_4,  # noqa: ANN001
+    single_reference: Path,
+    overrides,  # noqa: ANN001
+    tmp_path: Path,
 ) -> None:
     """Saved at step 4 with experts sharded over 2 ranks and continued by `single` (every expert
     on one rank), the reverse, and saved by fsdp2 with sharded experts and continued by ddp with
     them, and the reverse: steps 5-6 and the final weights, which need the restored Adam moments of every expert,
-    match the uninterrupted single-process run."""
-
-    def launch(run_dir: Path, backend: str, **extra: object) -> None:
-        if backend == "single":  # one process: the experts' layout without expert parallelism
-            args = run_args(overrides, run_dir, **REFERENCE_EXTRA, **NO_SURGERY, **extra)
-            assert_ok(run_ats_train(args, nproc=None))
-        else:
-            assert_ok(run_ats_train(_args(overrides, run_dir, backend, **extra), nproc=2))
-
-    saved = tmp_path / "saved"
-    launch(saved, saved_with, train__steps=4)
-    assert (saved / "checkpoints" / "latest").read_text().strip() == "step-000004"
+    match the uninterrupted single-process run. Each saved run is continued by a copy, so the
+    tests that resume one saved run share it."""
     run_dir = tmp_path / "resumed"
-    shutil.copytree(saved, run_dir)
-    launch(run_dir, resumed_with)
+    shutil.copytree(saved_at_step_4(saved_with), run_dir)
+    _launch(overrides, run_dir, resumed_with)
     got = train_losses(run_dir)
     assert {5, 6} <= got.keys()
     _assert_same_losses(got, train_losses(single_reference))

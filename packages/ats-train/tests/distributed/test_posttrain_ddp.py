@@ -52,14 +52,27 @@ def _ok(proc) -> None:  # noqa: ANN001
     assert proc.returncode == 0, proc.stderr[-4000:]
 
 
+@pytest.fixture(scope="module")
+def single_runs(setup, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[int, dict]]:
+    """command -> the train records of its single-process run, made once for every backend."""
+    model_dir, sft, dpo = setup
+    records = {}
+    for command, data in (("sft", sft), ("dpo", dpo)):
+        run_dir = tmp_path_factory.mktemp(f"single-{command}")
+        _ok(run_ats_train(_args(command, model_dir, data, run_dir), nproc=None))
+        records[command] = train_records(run_dir)
+    return records
+
+
 @pytest.mark.parametrize(("command", "backend"), [("sft", "ddp"), ("sft", "fsdp2"), ("dpo", "ddp")])
-def test_two_ranks_reproduce_the_single_process_run(setup, tmp_path, command, backend) -> None:
+def test_two_ranks_reproduce_the_single_process_run(
+    setup, single_runs, tmp_path, command, backend
+) -> None:
     model_dir, sft, dpo = setup
     data = sft if command == "sft" else dpo
-    single, multi = tmp_path / "single", tmp_path / "multi"
-    _ok(run_ats_train(_args(command, model_dir, data, single), nproc=None))
+    multi = tmp_path / "multi"
     _ok(run_ats_train(_args(command, model_dir, data, multi, parallel__backend=backend), nproc=2))
-    want, got = train_records(single), train_records(multi)
+    want, got = single_runs[command], train_records(multi)
     assert sorted(got) == sorted(want) == [1, 2, 3, 4]
     keys = ["loss"] + (["rewards/margins", "rewards/accuracies"] if command == "dpo" else [])
     for step in want:

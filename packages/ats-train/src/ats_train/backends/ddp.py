@@ -22,9 +22,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ats_train.backends.expert_parallel import (
     ExpertParallel,
-    build_expert_parallel,
     clip_grad_norm,
-    expert_parameter_names,
     full_model_shapes,
     full_model_state,
     full_optimizer_state,
@@ -65,11 +63,7 @@ class DDPBackend(SingleBackend):
     def shard_experts(self, model: nn.Module) -> None:
         if self.expert_parallel == 1:
             return
-        self._ep = build_expert_parallel(self.expert_parallel)
-        shard_experts(model, self._ep)
-        self._expert_names = expert_parameter_names(model)
-        params = dict(model.named_parameters())
-        self._experts = [params[name] for name in self._expert_names]
+        self._ep, self._expert_names, self._experts = shard_experts(model, self.expert_parallel)
 
     @property
     def is_main(self) -> bool:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -116,11 +117,22 @@ def build_expert_parallel(size: int) -> ExpertParallel:
     return ExpertParallel(size, rank % size, group, replicas)
 
 
-def shard_experts(model: nn.Module, ep: ExpertParallel) -> None:
-    """Every MoE layer keeps this rank's E/N experts; the rest are reached by all-to-all."""
+class ShardedExperts(NamedTuple):
+    ep: ExpertParallel
+    names: list[str]  # this rank's expert shards, by state-dict name
+    params: list[nn.Parameter]  # the same, as parameters (kept out of data-parallel reduction)
+
+
+def shard_experts(model: nn.Module, size: int) -> ShardedExperts:
+    """Every MoE layer keeps this rank's E/size experts; the rest are reached by all-to-all.
+    Every rank calls it (it makes the groups: build_expert_parallel)."""
+    ep = build_expert_parallel(size)
     for layer in model.moe_layers():
         n_local = layer.n_experts // ep.size
         layer.experts.shard(ep.rank * n_local, n_local, ExpertExchange(ep.group, ep.size))
+    names = expert_parameter_names(model)
+    params = dict(model.named_parameters())
+    return ShardedExperts(ep, names, [params[name] for name in names])
 
 
 def expert_parameter_names(model: nn.Module) -> list[str]:

@@ -52,8 +52,6 @@ from torch.distributed.tensor import DTensor
 
 from ats_train.backends.expert_parallel import (
     ExpertParallel,
-    build_expert_parallel,
-    expert_parameter_names,
     full_model_shapes,
     gather_expert_state,
     gather_experts,
@@ -118,11 +116,7 @@ class FSDP2Backend:
     def shard_experts(self, model: nn.Module) -> None:
         if self.expert_parallel == 1:
             return
-        self._ep = build_expert_parallel(self.expert_parallel)
-        shard_experts(model, self._ep)
-        self._expert_names = expert_parameter_names(model)
-        params = dict(model.named_parameters())
-        self._experts = [params[name] for name in self._expert_names]
+        self._ep, self._expert_names, self._experts = shard_experts(model, self.expert_parallel)
 
     @property
     def _expert_copies(self) -> int:
