@@ -2,15 +2,15 @@
 names them (`uv run pytest -m gpu`, `-m install`), so `uv run pytest` and the quick tier
 `uv run pytest -m "not slow"` both leave them out without repeating it.
 
-One process by default: on this 2-core machine two pytest-xdist workers made the full suite slower
-(1018 s against 895 s in one process; the torchrun launches and both workers' torch threads
-contend for the same cores) and the quick tier about 13% faster. `-n 2` asks for workers; then one
-test file is one unit of work, so its module-scoped fixtures are built once, and the files of each
-SHARED_FIXTURE_GROUPS entry are one unit, so that session fixture is built once per run, not once
-per worker. (xdist's own `--dist loadgroup` writes `xdist_group` marks into the node id, which
-pytest 9 no longer lets it change, so FileScheduling takes its place.) The `dist` files (torchrun
-launches, the longest units) are handed out first, so that the other worker works through the rest
-meanwhile instead of waiting on one of them at the end."""
+Two pytest-xdist workers by default (the suite otherwise keeps ~1.2 of 2 cores busy): unless the
+command line says `-n N` (`-n 0`: one process, for pdb) or `-p no:xdist`, or -m names gpu (the GPU
+tests share one device, so they run one at a time). Set here, not in pyproject's addopts, so that
+`-p no:xdist` keeps working. One test file is one unit of work, so its module-scoped fixtures are
+built once, and the files of each SHARED_FIXTURE_GROUPS entry are one unit, so that session fixture
+is built once per run, not once per worker. (xdist's own `--dist loadgroup` writes `xdist_group`
+marks into the node id, which pytest 9 no longer lets it change, so FileScheduling takes its
+place.) The `dist` files (torchrun launches, the longest units) are handed out first, so that the
+other worker works through the rest meanwhile instead of waiting on one of them at the end."""
 
 import pytest
 
@@ -32,8 +32,10 @@ SHARED_FIXTURE_GROUPS = {
 def pytest_cmdline_main(config: pytest.Config) -> None:
     if not config.pluginmanager.hasplugin("xdist"):  # -p no:xdist
         return
-    if config.option.numprocesses and config.option.dist == "no":  # -n N without --dist
-        config.option.dist = "loadgroup"
+    chosen = config.option.numprocesses is not None or "gpu" in config.option.markexpr
+    worker = hasattr(config, "workerinput")  # a worker runs this hook too: no workers of its own
+    if not chosen and not worker:
+        config.option.numprocesses, config.option.dist = 2, "loadgroup"
 
 
 @pytest.hookimpl(tryfirst=True)
