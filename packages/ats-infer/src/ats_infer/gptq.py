@@ -12,7 +12,12 @@ codes -8..7; int8: scale = max|row| / 127, codes -127..127), so only the roundin
 
 Scales: an int4 group's scale is taken from its columns' current (error-updated) values when the
 sweep reaches the group's first column (groups lie inside blocks: block_size % group_size == 0);
-int8 row scales from the original weights. act_order visits columns by decreasing diag(H) with
+int8 row scales from the original weights, max|row| / 127. An int4 scale is max|w| / 7 times the
+factor of `shrink` (by default 1.00, 0.98, ..., 0.80) whose codes leave the least squared error
+weighted by diag(H), sum_j H_jj (w_j - q_j s)^2, per row: on 16 levels, clipping a group's
+largest weights can cost less than the coarse grid max|w| gives every other weight (the "mse"
+scale search of GPTQModel and of llama.cpp's quantizers; shrink=(1.0,) is the paper's max scale).
+int8's 255 levels leave nothing to gain: the search raised a test layer's output error there. act_order visits columns by decreasing diag(H) with
 every group's scale fixed from the original weights first ("static groups"), so the codes still
 belong to contiguous natural-order groups and the result is exact in the native layout (no g_idx).
 """
@@ -28,9 +33,25 @@ def _codes(w: torch.Tensor, scale: torch.Tensor, bits: int) -> torch.Tensor:
     return torch.clamp(torch.round(w / safe), QMIN[bits], QMAX[bits])
 
 
-def _group_scale(w: torch.Tensor, bits: int) -> torch.Tensor:
-    """w (out, k) -> (out,) max|row| / qmax."""
-    return w.abs().amax(dim=1) / QMAX[bits]
+SHRINK = tuple(1 - 0.02 * i for i in range(11))
+
+
+def _group_scale(
+    w: torch.Tensor, h_diag: torch.Tensor, bits: int, shrink: tuple[float, ...]
+) -> torch.Tensor:
+    """w (out, k), h_diag (k,) -> (out,) scale: max|row| / qmax times the factor of `shrink` with
+    the least sum_j h_diag_j (w_j - q_j s)^2 in each row (the first factor on ties)."""
+    top = w.abs().amax(dim=1) / QMAX[bits]
+    best, best_err = top * shrink[0], None
+    for factor in shrink:
+        s = top * factor
+        err = ((w - _codes(w, s[:, None], bits) * s[:, None]) ** 2 * h_diag).sum(dim=1)
+        if best_err is None:
+            best_err = err
+            continue
+        better = err < best_err
+        best, best_err = torch.where(better, s, best), torch.where(better, err, best_err)
+    return best
 
 
 def gptq_quantize(
@@ -42,9 +63,13 @@ def gptq_quantize(
     damp: float = 0.01,
     block_size: int = 128,
     act_order: bool = False,
+    shrink: tuple[float, ...] = SHRINK,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """w (out, in), hessian (in, in) -> (codes (out, in) int8 in natural column order, scale
-    float32: (out,) for int8, (out, in / group_size) for int4). Math in float64."""
+    float32: (out,) for int8, (out, in / group_size) for int4). Math in float64. `shrink`: the
+    factors of max|w| / 7 each int4 scale is chosen from (module docstring)."""
+    if not shrink or not all(0 < f <= 1 for f in shrink):
+        raise ValueError(f"shrink factors must lie in (0, 1], got {shrink}")
     W = w.detach().to(torch.float64).clone()
     H = hessian.detach().to(torch.float64).clone()
     n_out, n_in = W.shape
@@ -55,13 +80,15 @@ def gptq_quantize(
     dead = torch.diag(H) == 0  # inputs that were always 0: any weight there gives the same output
     H[dead, dead] = 1
     W[:, dead] = 0
+    h_diag = torch.diag(H).clone()  # natural column order
     if bits == 8:
-        row_scale = _group_scale(W, 8)  # (out,)
+        row_scale = _group_scale(W, h_diag, 8, (1.0,))  # (out,)
     else:
         scale = torch.zeros(n_out, n_in // group_size, dtype=torch.float64)
         if act_order:  # static groups: every scale from the original weights
             for g in range(n_in // group_size):
-                scale[:, g] = _group_scale(W[:, g * group_size : (g + 1) * group_size], 4)
+                cols = slice(g * group_size, (g + 1) * group_size)
+                scale[:, g] = _group_scale(W[:, cols], h_diag[cols], 4, shrink)
     perm = torch.argsort(torch.diag(H), descending=True) if act_order else torch.arange(n_in)
     W, H = W[:, perm], H[perm][:, perm]
     H += damp * torch.mean(torch.diag(H)) * torch.eye(n_in, dtype=torch.float64)
@@ -81,7 +108,9 @@ def gptq_quantize(
             else:
                 g = col // group_size
                 if not act_order and col % group_size == 0:
-                    scale[:, g] = _group_scale(W1[:, i : i + group_size], 4)
+                    scale[:, g] = _group_scale(
+                        W1[:, i : i + group_size], h_diag[col : col + group_size], 4, shrink
+                    )
                 s = scale[:, g]
             q = _codes(W1[:, i], s, bits)
             Q[:, i1 + i] = q

@@ -29,7 +29,7 @@ from ats_tokenizer import Tokenizer
 from torch import nn
 
 from ats_infer.corpus import DEFAULT_VAL_FRACTION, split_documents, token_windows
-from ats_infer.gptq import gptq_quantize
+from ats_infer.gptq import SHRINK, gptq_quantize
 from ats_infer.model_dir import open_model_dir
 from ats_infer.output_paths import check_output
 from ats_infer.quant_spec import quant_spec
@@ -317,6 +317,7 @@ def gptq_model_dir(
         "max_samples": max_samples,
         "seq_len": seq_len,
         "act_order": act_order,
+        "int4_scale_shrink": [round(f, 2) for f in SHRINK] if bits == 4 else [1.0],
         "windows_per_block": used,
     }
     return write_quantized_dir(model_dir, out, spec, lambda name, w: results[name], force)
