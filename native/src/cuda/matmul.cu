@@ -1,4 +1,5 @@
-/* Matrix-vector products for decode (and, chunk by chunk, prefill): one warp per output row,
+/* Matrix-vector products for decode (and, chunk by chunk, prefill and batched decode of float
+ * weights; int8 / int4 weights against several rows take matmul_mma below): one warp per output row,
  * each lane streaming 16-byte pieces of the weight row (coalesced across the warp), UNROLL
  * pieces in flight per lane before any is used (a 2048-column int8 row is 2 KB: one round of
  * loads for the whole warp), against NR activation rows (a chunk of the N), then a
