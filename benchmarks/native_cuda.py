@@ -4,8 +4,11 @@ int4 (groups of 32) weights, against ats-model's PyTorch engine (bf16: eager, an
 torch.compile with CUDA graphs) and HF transformers generate() on the HF export (bf16; "not
 installed" without transformers) on the same GPU, and against the HBM roofline: weight bytes read per token / the measured device copy bandwidth (a
 torch copy of 2 GiB, bytes read + written). Batched decode: aggregate tokens/s of --batch
-sequences decoding together in one ats_native.Batch (prompts prefilled first, not timed); and
-batch-1 decode with the decode steps' CUDA graphs against without (ATS_CUDA_GRAPHS=0).
+sequences decoding together in one ats_native.Batch (prompts prefilled first, not timed), against
+batch 1 and, for int8 / int4, against the same batch on the warp matmul kernel instead of the
+tensor cores (ATS_CUDA_MMA=0); batch-1 decode with the decode steps' CUDA graphs against without
+(ATS_CUDA_GRAPHS=0), and with the graph's kernels launched with programmatic dependent launch
+against without (ATS_CUDA_PDL=0).
 
 Models (random-init weights, built on first use under --cache; the shapes of benchmarks/native.py):
     dense-254m   dim 1024, 16 layers, GQA 16/8 heads, SwiGLU 2816, vocab 32000
@@ -104,10 +107,16 @@ def copy_bandwidth() -> float:
     return 2 * src.numel() * 4 / best
 
 
-def ats_decode(model_dir: Path, prompt: list[int], n: int, reps: int, graphs: str = "1") -> float:
+def set_env(**settings: str) -> None:
+    """ATS_CUDA_<NAME> settings (read when a session starts); the others back to their default."""
+    for name in ("GRAPHS", "PDL", "MMA"):
+        os.environ[f"ATS_CUDA_{name}"] = settings.get(name.lower(), "1")
+
+
+def ats_decode(model_dir: Path, prompt: list[int], n: int, reps: int, **settings: str) -> float:
     import ats_native
 
-    os.environ["ATS_CUDA_GRAPHS"] = graphs  # read when generate() starts its session
+    set_env(**settings)
     model = ats_native.Model(str(model_dir), device="cuda")
     best = 0.0
     for _ in range(reps + 1):  # the first run warms up
@@ -117,12 +126,14 @@ def ats_decode(model_dir: Path, prompt: list[int], n: int, reps: int, graphs: st
         for _ in range(n):
             next(tokens)
         best = max(best, n / (time.perf_counter() - start))
+    set_env()
     return best
 
 
-def ats_batched(model_dir: Path, prompt: list[int], batch: int, n: int) -> float:
+def ats_batched(model_dir: Path, prompt: list[int], batch: int, n: int, **settings: str) -> float:
     import ats_native
 
+    set_env(**settings)
     model = ats_native.Model(str(model_dir), device="cuda")
     rates = []
     for _ in range(2):  # warm-up, then the measured run
@@ -133,6 +144,7 @@ def ats_batched(model_dir: Path, prompt: list[int], batch: int, n: int) -> float
         start = time.perf_counter()
         produced = sum(len(b.step(0)) for _ in range(n))
         rates.append(produced / (time.perf_counter() - start))
+    set_env()
     return rates[-1]
 
 
@@ -241,10 +253,15 @@ def main() -> None:
             roofline = bandwidth / weight_bytes(model_dir, bits)
             emit(f"{name}_{scheme}_decode-b1_vs_roofline", rate, roofline, hw)
             no_graphs = ats_decode(model_dir, prompt, args.decode, args.reps, graphs="0")
-            os.environ["ATS_CUDA_GRAPHS"] = "1"
             emit(f"{name}_{scheme}_decode-b1-cuda-graphs_vs_no-graphs", rate, no_graphs, hw)
+            no_pdl = ats_decode(model_dir, prompt, args.decode, args.reps, pdl="0")
+            emit(f"{name}_{scheme}_decode-b1-pdl_vs_no-pdl", rate, no_pdl, hw)
             batched = ats_batched(model_dir, prompt, args.batch, args.decode)
             emit(f"{name}_{scheme}_decode-b{args.batch}-aggregate_vs_b1", batched, rate, hw)
+            if bits is not None:
+                warp = ats_batched(model_dir, prompt, args.batch, args.decode, mma="0")
+                row = f"{name}_{scheme}_decode-b{args.batch}-aggregate-mma_vs_warp-kernel"
+                emit(row, batched, warp, hw)
     # the baselines last: a slow compile or a failure there leaves every native row printed
     for label in args.baselines:
         for name in args.models:

@@ -2,7 +2,8 @@
 # Builds ats_native with the CUDA backend (cmake, ATS_CUDA=ON, sm_90) under python3's own
 # nanobind, then runs the GPU parity tests (`-m gpu`) against the CPU runtime on model
 # directories the tests create, prints the parity figures (native/tools/cuda_parity.py) and,
-# with --bench, runs benchmarks/native_cuda.py. For a GPU machine
+# with --bench, times each matmul kernel alone (cuda_matmul_bench, built alongside) and runs
+# benchmarks/native_cuda.py. For a GPU machine
 # with nvcc, cmake, ninja, python3 with torch, numpy, safetensors and pytest, and no uv:
 #   bash native/tools/cuda_check.sh [--bench [native_cuda.py options]]
 # Output: build log and test report under $OUT when set (the device runner), else ./cuda_check.
@@ -34,6 +35,7 @@ PYTHONUNBUFFERED=1 python3 native/tools/cuda_parity.py 2>&1 | tee "$OUT_DIR/pari
 
 if [ "${1:-}" = "--bench" ]; then
     shift
+    "$BUILD/cuda_matmul_bench" 2>&1 | tee "$OUT_DIR/matmul_bench.jsonl" || status=1
     PYTHONUNBUFFERED=1 python3 benchmarks/native_cuda.py "$@" 2>&1 | tee "$OUT_DIR/bench.jsonl"
 fi
 exit $status

@@ -12,6 +12,40 @@
 
 namespace ats {
 
+/* Programmatic dependent launch (PDL, sm_90): every kernel starts with pdl_sync(), which waits
+ * until the kernels before it in the stream have finished and their writes are visible
+ * (griddepcontrol.wait), then lets the next kernel be scheduled (launch_dependents), so a
+ * kernel launched with the PDL attribute has its blocks placed while its predecessor's last
+ * blocks run, and starts the moment it ends. Without the attribute both are no-ops. */
+__device__ __forceinline__ void pdl_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* Whether this thread's launches carry the PDL attribute (session_cuda.cu sets it while it
+ * captures a decode graph); off by default. */
+void gpu_set_pdl(bool on);
+bool gpu_pdl();
+
+/* kernel<<<grid, block, smem, st>>>(args...), with the PDL attribute when gpu_pdl(). */
+template <typename... P, typename... A>
+void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+            A... args) {
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cfg.attrs = attr;
+    cfg.numAttrs = gpu_pdl() ? 1 : 0;
+    cudaLaunchKernelEx(&cfg, kernel, ((P)args)...);
+}
+
 enum GpuWeightType { GPU_F32 = 0, GPU_BF16 = 1, GPU_Q8 = 2, GPU_Q4 = 3 };
 
 /* One matmul weight W (rows = out features, cols = in features) in GPU memory. */
@@ -36,6 +70,9 @@ struct GpuQAct {
  * res): fp32 x for float weights, xq for quantized ones. */
 void gpu_matmul(const GpuWeight &w, const float *x, const GpuQAct &xq, int64_t N, float *y,
                 cudaStream_t st, const float *res = nullptr);
+/* Whether this thread's int8 / int4 matmuls of N > 1 rows take the tensor-core kernel (the
+ * default) or the warp kernel (cuda_matmul_bench compares them); their outputs are identical. */
+void gpu_set_mma(bool on);
 /* xq = Q8_0(x) for x (N, C), C % 32 == 0. */
 void gpu_quantize(const float *x, int64_t N, int64_t C, GpuQAct xq, cudaStream_t st);
 

@@ -11,7 +11,13 @@ namespace ats {
 
 static const int THREADS = 256;
 
+static thread_local bool pdl_on = false;
+
+void gpu_set_pdl(bool on) { pdl_on = on; }
+bool gpu_pdl() { return pdl_on; }
+
 __global__ void embed(const void *table, bool bf16, const int32_t *tok, int64_t C, float *x) {
+    pdl_sync();
     const int64_t r = blockIdx.x, t = tok[r];
     for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
         x[r * C + i] = bf16 ? __bfloat162float(((const __nv_bfloat16 *)table)[t * C + i])
@@ -21,7 +27,7 @@ __global__ void embed(const void *table, bool bf16, const int32_t *tok, int64_t 
 
 void gpu_embed(const void *table, bool bf16, const int32_t *tok, int64_t M, int64_t C, float *x,
                cudaStream_t st) {
-    embed<<<(unsigned)M, THREADS, 0, st>>>(table, bf16, tok, C, x);
+    launch(embed, dim3((unsigned)M), dim3(THREADS), 0, st, table, bf16, tok, C, x);
 }
 
 /* Block sum of one double per thread (THREADS threads). */
@@ -51,6 +57,7 @@ static const int NORM_MAX_THREADS = 1024;
 __global__ void __launch_bounds__(NORM_MAX_THREADS)
     rms_norm(const float *__restrict__ x, const float *__restrict__ w, int64_t C, double eps,
              float *__restrict__ y, int8_t *__restrict__ q, float *__restrict__ d) {
+    pdl_sync();
     __shared__ double part[NORM_MAX_THREADS / 32];
     const int64_t T = blockDim.x, t = threadIdx.x, r = blockIdx.x, lane = t & 31;
     const float *xr = x + r * C;
@@ -90,22 +97,25 @@ void gpu_rms_norm(const float *x, const float *w, int64_t M, int64_t C, double e
     /* threads: NORM_PER elements each, whole warps, 64 to NORM_MAX_THREADS */
     int64_t threads = (C + NORM_PER * 32 - 1) / (NORM_PER * 32) * 32;
     threads = threads < 64 ? 64 : threads > NORM_MAX_THREADS ? NORM_MAX_THREADS : threads;
-    rms_norm<<<(unsigned)M, (unsigned)threads, 0, st>>>(x, w, C, eps, y, xq.q, xq.d);
+    launch(rms_norm, dim3((unsigned)M), dim3((unsigned)threads), 0, st, x, w, C, eps, y, xq.q,
+           xq.d);
 }
 
 __global__ void add(const float *a, const float *b, int64_t n, float *y) {
+    pdl_sync();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = a[i] + b[i];
 }
 
 void gpu_add(const float *a, const float *b, int64_t n, float *y, cudaStream_t st) {
-    add<<<(unsigned)((n + THREADS - 1) / THREADS), THREADS, 0, st>>>(a, b, n, y);
+    launch(add, dim3((unsigned)((n + THREADS - 1) / THREADS)), dim3(THREADS), 0, st, a, b, n, y);
 }
 
 /* One thread per output element; with q set (F % 32 == 0) a warp's 32 elements are one Q8_0
  * block, so every lane stays to the shuffle. */
 __global__ void silu_mul(const float *g, const float *u, int64_t M, int64_t F, int64_t ld,
                          float *y, int8_t *q, float *d) {
+    pdl_sync();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     const bool in = i < M * F;
     const int64_t r = in ? i / F : 0, c = in ? i % F : 0;
@@ -117,8 +127,8 @@ __global__ void silu_mul(const float *g, const float *u, int64_t M, int64_t F, i
 
 void gpu_silu_mul(const float *g, const float *u, int64_t M, int64_t F, int64_t ld, float *y,
                   GpuQAct xq, cudaStream_t st) {
-    silu_mul<<<(unsigned)((M * F + THREADS - 1) / THREADS), THREADS, 0, st>>>(g, u, M, F, ld, y,
-                                                                            xq.q, xq.d);
+    launch(silu_mul, dim3((unsigned)((M * F + THREADS - 1) / THREADS)), dim3(THREADS), 0, st, g,
+           u, M, F, ld, y, xq.q, xq.d);
 }
 
 /* argmax_rows: the logits_argmax rule (index 0 unless a later value is strictly larger, the
@@ -150,6 +160,7 @@ __device__ __forceinline__ unsigned long long warp_max_key(unsigned long long k)
 
 __global__ void argmax_chunks(const float *__restrict__ x, int64_t V, int64_t parts,
                               unsigned long long *__restrict__ keys) {
+    pdl_sync();
     __shared__ unsigned long long wk[THREADS / 32];
     const int64_t r = blockIdx.y, i0 = (int64_t)blockIdx.x * ARGMAX_CHUNK + threadIdx.x;
     const float *xr = x + r * V;
@@ -176,6 +187,7 @@ __global__ void argmax_chunks(const float *__restrict__ x, int64_t V, int64_t pa
 
 __global__ void argmax_finish(const float *__restrict__ x, int64_t V, int64_t parts,
                               const unsigned long long *__restrict__ keys, int32_t *out) {
+    pdl_sync();
     const int64_t r = blockIdx.x;
     unsigned long long best = 0;
     for (int64_t c = threadIdx.x; c < parts; c += 32) {
@@ -191,22 +203,26 @@ __global__ void argmax_finish(const float *__restrict__ x, int64_t V, int64_t pa
 void gpu_argmax_rows(const float *x, int64_t R, int64_t V, unsigned long long *keys,
                      int32_t *out, cudaStream_t st) {
     const int64_t parts = gpu_argmax_parts(V);
-    argmax_chunks<<<dim3((unsigned)parts, (unsigned)R), THREADS, 0, st>>>(x, V, parts, keys);
-    argmax_finish<<<(unsigned)R, 32, 0, st>>>(x, V, parts, keys, out);
+    launch(argmax_chunks, dim3((unsigned)parts, (unsigned)R), dim3(THREADS), 0, st, x, V, parts,
+           keys);
+    launch(argmax_finish, dim3((unsigned)R), dim3(32), 0, st, x, V, parts,
+           (const unsigned long long *)keys, out);
 }
 
 __global__ void gather_rows(const float *src, const int32_t *rows, int64_t C, float *dst) {
+    pdl_sync();
     const int64_t i = blockIdx.x, r = rows[i];
     for (int64_t j = threadIdx.x; j < C; j += blockDim.x) dst[i * C + j] = src[r * C + j];
 }
 
 void gpu_gather_rows(const float *src, const int32_t *rows, int64_t R, int64_t C, float *dst,
                      cudaStream_t st) {
-    gather_rows<<<(unsigned)R, THREADS, 0, st>>>(src, rows, C, dst);
+    launch(gather_rows, dim3((unsigned)R), dim3(THREADS), 0, st, src, rows, C, dst);
 }
 
 __global__ void moe_combine(const float *ys, const int32_t *slot, const float *w,
                             const float *shared, int64_t K, int64_t C, float *y) {
+    pdl_sync();
     const int64_t n = blockIdx.x;
     for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
         float acc = 0.0f;
@@ -220,7 +236,7 @@ __global__ void moe_combine(const float *ys, const int32_t *slot, const float *w
 
 void gpu_moe_combine(const float *ys, const int32_t *slot, const float *w, const float *shared,
                      int64_t M, int64_t K, int64_t C, float *y, cudaStream_t st) {
-    moe_combine<<<(unsigned)M, THREADS, 0, st>>>(ys, slot, w, shared, K, C, y);
+    launch(moe_combine, dim3((unsigned)M), dim3(THREADS), 0, st, ys, slot, w, shared, K, C, y);
 }
 
 /* Thread t of row blockIdx.x: for t < (NH + NKV) * hd / 2 the pair (i, i + hd/2) of one query
@@ -229,6 +245,7 @@ void gpu_moe_combine(const float *ys, const int32_t *slot, const float *w, const
 __global__ void rope_cache(float *qkv, int64_t ld, const float *cos_t, const float *sin_t,
                            const int32_t *seq, const int32_t *pos, int64_t NH, int64_t NKV,
                            int64_t hd, GpuKV kv) {
+    pdl_sync();
     const int64_t r = blockIdx.x, half = hd / 2, KV = NKV * hd, n_rot = (NH + NKV) * half;
     const int64_t t = (int64_t)blockIdx.y * blockDim.x + threadIdx.x;
     const int64_t slot = (int64_t)seq[r] * kv.max_len + pos[r];
@@ -260,7 +277,8 @@ void gpu_rope_cache(float *qkv, int64_t ld, const float *cos_t, const float *sin
                     int64_t hd, GpuKV kv, cudaStream_t st) {
     const int64_t work = (NH + NKV) * (hd / 2) + NKV * hd;
     const dim3 grid((unsigned)M, (unsigned)((work + THREADS - 1) / THREADS));
-    rope_cache<<<grid, THREADS, 0, st>>>(qkv, ld, cos_t, sin_t, seq, pos, NH, NKV, hd, kv);
+    launch(rope_cache, grid, dim3(THREADS), 0, st, qkv, ld, cos_t, sin_t, seq, pos, NH, NKV, hd,
+           kv);
 }
 
 static const int ATT_THREADS = 256, ATT_WARPS = ATT_THREADS / 32;
@@ -285,6 +303,7 @@ template <int HDL>
 __global__ void __launch_bounds__(ATT_THREADS)
     attention_split(const float *q, int64_t ld, const int32_t *seq, const int32_t *pos,
                     int64_t NH, int64_t NKV, int64_t hd, int64_t L, GpuKV kv, float *part) {
+    pdl_sync();
     extern __shared__ float smem[];
     __shared__ double dsum[ATT_WARPS];
     __shared__ float fmax_[ATT_WARPS];
@@ -373,6 +392,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
  * rescaled l; the output quantized when oq is set (hd % 32 == 0: whole warps, whole blocks). */
 __global__ void attention_combine(const float *part, const int32_t *pos, int64_t NH, int64_t hd,
                                   int64_t L, int64_t S, float *out, int8_t *oq, float *od) {
+    pdl_sync();
     const int64_t r = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
     const int64_t ns = ((int64_t)pos[r] + L) / L; /* splits holding slots <= pos */
     const float *p = part + (r * NH + h) * S * (hd + 2);
@@ -440,28 +460,29 @@ void gpu_attention(const float *q, int64_t ld, const int32_t *seq, const int32_t
     const size_t smem = (size_t)(att_smem_floats(hd) + L) * sizeof(float);
     const dim3 grid((unsigned)M, (unsigned)NH, (unsigned)S);
     if (hd <= 32) {
-        attention_split<1><<<grid, ATT_THREADS, smem, st>>>(q, ld, seq, pos, NH, NKV, hd, L, kv,
-                                                            part);
+        launch(attention_split<1>, grid, dim3(ATT_THREADS), smem, st, q, ld, seq, pos, NH, NKV,
+               hd, L, kv, part);
     } else if (hd <= 64) {
-        attention_split<2><<<grid, ATT_THREADS, smem, st>>>(q, ld, seq, pos, NH, NKV, hd, L, kv,
-                                                            part);
+        launch(attention_split<2>, grid, dim3(ATT_THREADS), smem, st, q, ld, seq, pos, NH, NKV,
+               hd, L, kv, part);
     } else if (hd <= 128) {
-        attention_split<4><<<grid, ATT_THREADS, smem, st>>>(q, ld, seq, pos, NH, NKV, hd, L, kv,
-                                                            part);
+        launch(attention_split<4>, grid, dim3(ATT_THREADS), smem, st, q, ld, seq, pos, NH, NKV,
+               hd, L, kv, part);
     } else {
-        attention_split<8><<<grid, ATT_THREADS, smem, st>>>(q, ld, seq, pos, NH, NKV, hd, L, kv,
-                                                            part);
+        launch(attention_split<8>, grid, dim3(ATT_THREADS), smem, st, q, ld, seq, pos, NH, NKV,
+               hd, L, kv, part);
     }
-    attention_combine<<<dim3((unsigned)M, (unsigned)NH), (unsigned)((hd + 31) / 32 * 32), 0,
-                        st>>>(part, pos, NH, hd, L, S, out, xq.q, xq.d);
+    launch(attention_combine, dim3((unsigned)M, (unsigned)NH), dim3((unsigned)((hd + 31) / 32 * 32)),
+           0, st, (const float *)part, pos, NH, hd, L, S, out, xq.q, xq.d);
 }
 
 __global__ void clear_valid(uint8_t *valid, int64_t b, int64_t max_len) {
+    pdl_sync();
     for (int64_t i = threadIdx.x; i < max_len; i += blockDim.x) valid[b * max_len + i] = 0;
 }
 
 void gpu_clear_valid(uint8_t *valid, int64_t b, int64_t max_len, cudaStream_t st) {
-    clear_valid<<<1, THREADS, 0, st>>>(valid, b, max_len);
+    launch(clear_valid, dim3(1), dim3(THREADS), 0, st, valid, b, max_len);
 }
 
 }  // namespace ats

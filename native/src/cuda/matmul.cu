@@ -1,4 +1,5 @@
-/* Matrix-vector products for decode (and, chunk by chunk, prefill): one warp per output row,
+/* Matrix-vector products for decode (and, chunk by chunk, prefill and batched decode of float
+ * weights; int8 / int4 weights against several rows take matmul_mma below): one warp per output row,
  * each lane streaming 16-byte pieces of the weight row (coalesced across the warp), UNROLL
  * pieces in flight per lane before any is used (a 2048-column int8 row is 2 KB: one round of
  * loads for the whole warp), against NR activation rows (a chunk of the N), then a
@@ -38,6 +39,7 @@ __device__ __forceinline__ void store_rows(const float *acc, int lane, int nr, i
 template <int NR>
 __global__ void matmul_f32(const float *__restrict__ w, int64_t rows, int64_t cols,
                            const float *__restrict__ x, int64_t N, const float *res, float *y) {
+    pdl_sync();
     const int lane = threadIdx.x & 31;
     const int64_t chunks = (N + NR - 1) / NR;
     const int64_t row = (int64_t)blockIdx.x / chunks * WARPS + (threadIdx.x >> 5);
@@ -81,6 +83,7 @@ __global__ void matmul_f32(const float *__restrict__ w, int64_t rows, int64_t co
 template <int NR>
 __global__ void matmul_bf16(const __nv_bfloat16 *__restrict__ w, int64_t rows, int64_t cols,
                             const float *__restrict__ x, int64_t N, const float *res, float *y) {
+    pdl_sync();
     const int lane = threadIdx.x & 31;
     const int64_t chunks = (N + NR - 1) / NR;
     const int64_t row = (int64_t)blockIdx.x / chunks * WARPS + (threadIdx.x >> 5);
@@ -162,6 +165,7 @@ template <int NR>
 __global__ void matmul_q8(const int8_t *__restrict__ w, const float *__restrict__ scale,
                           int64_t rows, int64_t cols, const int8_t *__restrict__ xq,
                           const float *__restrict__ xd, int64_t N, const float *res, float *y) {
+    pdl_sync();
     const int lane = threadIdx.x & 31;
     const int64_t chunks = (N + NR - 1) / NR;
     const int64_t row = (int64_t)blockIdx.x / chunks * WARPS + (threadIdx.x >> 5);
@@ -195,7 +199,7 @@ __global__ void matmul_q8(const int8_t *__restrict__ w, const float *__restrict_
     }
     const float s = __ldg(scale + row);
 #pragma unroll
-    for (int r = 0; r < NR; r++) acc[r] *= s;
+    for (int r = 0; r < NR; r++) acc[r] = __fmul_rn(acc[r], s); /* never contracted */
     store_rows<NR>(acc, lane, nr, n0, row, rows, res, y);
 }
 
@@ -206,6 +210,7 @@ template <int NR>
 __global__ void matmul_q4(const uint8_t *__restrict__ w, const __half *__restrict__ scale,
                           int group, int64_t rows, int64_t cols, const int8_t *__restrict__ xq,
                           const float *__restrict__ xd, int64_t N, const float *res, float *y) {
+    pdl_sync();
     const int lane = threadIdx.x & 31;
     const int64_t chunks = (N + NR - 1) / NR;
     const int64_t row = (int64_t)blockIdx.x / chunks * WARPS + (threadIdx.x >> 5);
@@ -239,12 +244,165 @@ __global__ void matmul_q4(const uint8_t *__restrict__ w, const __half *__restric
                 if (k0 + 32 * u < nb) {
                     const int dot = dot32(lo[u], hi[u], p.x0[u], p.x1[u]) -
                                     8 * dot32(ones, ones, p.x0[u], p.x1[u]);
-                    acc[r] = fmaf((float)dot, ws[u] * p.d[u], acc[r]);
+                    acc[r] = fmaf((float)dot, __fmul_rn(ws[u], p.d[u]), acc[r]);
                 }
             }
         }
     }
     store_rows<NR>(acc, lane, nr, n0, row, rows, res, y);
+}
+
+/* Batched int8 / int4 matmul (N > 1 activation rows) on the tensor cores: mma.sync m16n8k32
+ * (s8 x s8 -> s32), one mma per Q8_0 block, so each block's integer dot is exact as in the
+ * warp kernels above, then scaled in float. A thread block takes 16 output rows and NT tiles
+ * of 8 activation rows; its MMA_WARPS warps split the 32-blocks of the row the way the warp
+ * kernel's lanes do: "strand" l (l < 32) takes blocks l, l + 32, l + 64, ... in increasing
+ * order (fma(dot, d, acc) per block, then the int8 row scale), warp w holding strands w, w + 8,
+ * w + 16, w + 24, and the 32 strand sums are added in the warp kernel's shuffle tree (xor 16,
+ * 8, 4, 2, 1: the first two levels inside each warp, the rest through shared memory). Every
+ * output is therefore bit-identical to the N = 1 warp kernel's (a decode step and the prefill
+ * of the same tokens agree exactly), whichever N computed it.
+ * Fragments (PTX m16n8k32 .s8, g = lane / 4, t = lane % 4): A reg 0..3 = (row g, k 4t..),
+ * (row g + 8, k 4t..), (row g, k 16 + 4t..), (row g + 8, k 16 + 4t..); B reg 0, 1 = (column g,
+ * k 4t.., 16 + 4t..); D reg i = (row g + 8 (i / 2), column 2t + i % 2). The int8 path permutes
+ * k within the block (k 4t + i <-> byte 8t + i, 16 + 4t + i <-> byte 8t + 4 + i, the same for A
+ * and B) so a lane reads 8 consecutive bytes of each; int4's bytes 4t.. hold exactly elements
+ * 4t.. (low nibbles) and 16 + 4t.. (high), the standard order. */
+static const int MMA_WARPS = 8;
+
+__device__ __forceinline__ void mma_s8(int *c, const unsigned *a, unsigned b0, unsigned b1) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%10,%10,%10,%10};"
+        : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
+}
+
+template <bool Q4, int NT>
+__global__ void __launch_bounds__(MMA_WARPS * 32)
+    matmul_mma(const uint8_t *__restrict__ w, const float *__restrict__ scale,
+               const __half *__restrict__ scale4, int group, int64_t rows, int64_t cols,
+               const int8_t *__restrict__ xq, const float *__restrict__ xd, int64_t N,
+               const float *res, float *y) {
+    __shared__ float part[MMA_WARPS][16][NT * 8];
+    pdl_sync();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int64_t row0 = (int64_t)blockIdx.x * 16, n0 = (int64_t)blockIdx.y * NT * 8;
+    const int64_t nb = cols / 32, per_group = Q4 ? group / 32 : 1, ng = Q4 ? cols / group : 1;
+    /* rows and activation rows past the end repeat the last one (never stored) */
+    const int64_t ra = row0 + g < rows ? row0 + g : rows - 1;
+    const int64_t rb = row0 + g + 8 < rows ? row0 + g + 8 : rows - 1;
+    int64_t tb[NT], td0[NT], td1[NT];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        const int64_t base = n0 + nt * 8;
+        tb[nt] = base + g < N ? base + g : N - 1;
+        td0[nt] = base + 2 * t < N ? base + 2 * t : N - 1;
+        td1[nt] = base + 2 * t + 1 < N ? base + 2 * t + 1 : N - 1;
+    }
+    float acc[4][NT][4];
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[j][nt][i] = 0.0f;
+    for (int64_t b0 = warp; b0 < nb; b0 += 32) {
+#pragma unroll
+        for (int j = 0; j < 4; j++) { /* strand warp + 8 j: block b0 + 8 j */
+            const int64_t b = b0 + 8 * j;
+            if (b < nb) {
+                unsigned a[4];
+                float wsa = 1.0f, wsb = 1.0f;
+                if (!Q4) {
+                    const uint2 pa = __ldg((const uint2 *)(w + ra * cols + b * 32 + 8 * t));
+                    const uint2 pb = __ldg((const uint2 *)(w + rb * cols + b * 32 + 8 * t));
+                    a[0] = pa.x, a[1] = pb.x, a[2] = pa.y, a[3] = pb.y;
+                } else {
+                    const unsigned ca = __ldg((const unsigned *)(w + (ra * nb + b) * 16 + 4 * t));
+                    const unsigned cb = __ldg((const unsigned *)(w + (rb * nb + b) * 16 + 4 * t));
+                    a[0] = __vsub4(ca & 0x0F0F0F0Fu, 0x08080808u);
+                    a[1] = __vsub4(cb & 0x0F0F0F0Fu, 0x08080808u);
+                    a[2] = __vsub4((ca >> 4) & 0x0F0F0F0Fu, 0x08080808u);
+                    a[3] = __vsub4((cb >> 4) & 0x0F0F0F0Fu, 0x08080808u);
+                    wsa = __half2float(__ldg(scale4 + ra * ng + b / per_group));
+                    wsb = __half2float(__ldg(scale4 + rb * ng + b / per_group));
+                }
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) {
+                    unsigned x0, x1;
+                    if (!Q4) {
+                        const uint2 px = __ldg((const uint2 *)(xq + tb[nt] * cols + b * 32 + 8 * t));
+                        x0 = px.x, x1 = px.y;
+                    } else {
+                        const int8_t *xr = xq + tb[nt] * cols + b * 32 + 4 * t;
+                        x0 = __ldg((const unsigned *)xr);
+                        x1 = __ldg((const unsigned *)(xr + 16));
+                    }
+                    const float d0 = __ldg(xd + td0[nt] * nb + b), d1 = __ldg(xd + td1[nt] * nb + b);
+                    int c[4];
+                    mma_s8(c, a, x0, x1);
+                    if (!Q4) {
+                        acc[j][nt][0] = fmaf((float)c[0], d0, acc[j][nt][0]);
+                        acc[j][nt][1] = fmaf((float)c[1], d1, acc[j][nt][1]);
+                        acc[j][nt][2] = fmaf((float)c[2], d0, acc[j][nt][2]);
+                        acc[j][nt][3] = fmaf((float)c[3], d1, acc[j][nt][3]);
+                    } else {
+                        acc[j][nt][0] = fmaf((float)c[0], __fmul_rn(wsa, d0), acc[j][nt][0]);
+                        acc[j][nt][1] = fmaf((float)c[1], __fmul_rn(wsa, d1), acc[j][nt][1]);
+                        acc[j][nt][2] = fmaf((float)c[2], __fmul_rn(wsb, d0), acc[j][nt][2]);
+                        acc[j][nt][3] = fmaf((float)c[3], __fmul_rn(wsb, d1), acc[j][nt][3]);
+                    }
+                }
+            }
+        }
+    }
+    /* v_l = strand sum (times the int8 row scale); this warp's tree node
+     * (v_w + v_w+16) + (v_w+8 + v_w+24) */
+    const float sa = Q4 ? 1.0f : __ldg(scale + ra), sb = Q4 ? 1.0f : __ldg(scale + rb);
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float v[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                v[j] = Q4 ? acc[j][nt][i] : __fmul_rn(acc[j][nt][i], i < 2 ? sa : sb);
+            }
+            part[warp][g + 8 * (i >> 1)][nt * 8 + 2 * t + (i & 1)] =
+                __fadd_rn(__fadd_rn(v[0], v[2]), __fadd_rn(v[1], v[3]));
+        }
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < 16 * NT * 8; idx += MMA_WARPS * 32) {
+        const int r = idx / (NT * 8), col = idx % (NT * 8);
+        const int64_t row = row0 + r, n = n0 + col;
+        if (row >= rows || n >= N) continue;
+        float c4[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) c4[k] = __fadd_rn(part[k][r][col], part[k + 4][r][col]);
+        const float s = __fadd_rn(__fadd_rn(c4[0], c4[2]), __fadd_rn(c4[1], c4[3]));
+        const int64_t o = n * rows + row;
+        y[o] = res ? __fadd_rn(res[o], s) : s;
+    }
+}
+
+template <bool Q4>
+static void launch_mma(const GpuWeight &w, const GpuQAct &xq, int64_t N, float *y,
+                       const float *res, cudaStream_t st) {
+    const unsigned gx = (unsigned)((w.rows + 15) / 16);
+    const dim3 block(MMA_WARPS * 32);
+    const uint8_t *wd = (const uint8_t *)w.data;
+    if (N <= 8) {
+        launch(matmul_mma<Q4, 1>, dim3(gx, 1), block, 0, st, wd, w.scale, w.scale4, w.group,
+               w.rows, w.cols, (const int8_t *)xq.q, (const float *)xq.d, N, res, y);
+    } else if (N <= 16) {
+        launch(matmul_mma<Q4, 2>, dim3(gx, 1), block, 0, st, wd, w.scale, w.scale4, w.group,
+               w.rows, w.cols, (const int8_t *)xq.q, (const float *)xq.d, N, res, y);
+    } else {
+        launch(matmul_mma<Q4, 4>, dim3(gx, (unsigned)((N + 31) / 32)), block, 0, st, wd, w.scale,
+               w.scale4, w.group, w.rows, w.cols, (const int8_t *)xq.q, (const float *)xq.d, N,
+               res, y);
+    }
 }
 
 template <int NR>
@@ -255,30 +413,38 @@ static void launch_matmul(const GpuWeight &w, const float *x, const GpuQAct &xq,
     const int64_t chunks = (N + NR - 1) / NR;
     const unsigned grid = (unsigned)((w.rows + WARPS - 1) / WARPS * chunks);
     const int threads = WARPS * 32;
+    const dim3 g(grid), b(threads);
     switch (w.type) {
     case GPU_F32:
-        matmul_f32<NR><<<grid, threads, 0, st>>>((const float *)w.data, w.rows, w.cols, x, N,
-                                                 res, y);
+        launch(matmul_f32<NR>, g, b, 0, st, (const float *)w.data, w.rows, w.cols, x, N, res, y);
         break;
     case GPU_BF16:
-        matmul_bf16<NR><<<grid, threads, 0, st>>>((const __nv_bfloat16 *)w.data, w.rows, w.cols,
-                                                  x, N, res, y);
+        launch(matmul_bf16<NR>, g, b, 0, st, (const __nv_bfloat16 *)w.data, w.rows, w.cols, x, N,
+               res, y);
         break;
     case GPU_Q8:
-        matmul_q8<NR><<<grid, threads, 0, st>>>((const int8_t *)w.data, w.scale, w.rows, w.cols,
-                                                xq.q, xq.d, N, res, y);
+        launch(matmul_q8<NR>, g, b, 0, st, (const int8_t *)w.data, w.scale, w.rows, w.cols,
+               (const int8_t *)xq.q, (const float *)xq.d, N, res, y);
         break;
     case GPU_Q4:
-        matmul_q4<NR><<<grid, threads, 0, st>>>((const uint8_t *)w.data, w.scale4, w.group,
-                                                w.rows, w.cols, xq.q, xq.d, N, res, y);
+        launch(matmul_q4<NR>, g, b, 0, st, (const uint8_t *)w.data, w.scale4, w.group, w.rows,
+               w.cols, (const int8_t *)xq.q, (const float *)xq.d, N, res, y);
         break;
     }
 }
+
+static thread_local bool use_mma = true;
+
+void gpu_set_mma(bool on) { use_mma = on; }
 
 void gpu_matmul(const GpuWeight &w, const float *x, const GpuQAct &xq, int64_t N, float *y,
                 cudaStream_t st, const float *res) {
     if (N == 1) {
         launch_matmul<1>(w, x, xq, N, y, res, st);
+    } else if (use_mma && w.type == GPU_Q8) {
+        launch_mma<false>(w, xq, N, y, res, st);
+    } else if (use_mma && w.type == GPU_Q4) {
+        launch_mma<true>(w, xq, N, y, res, st);
     } else {
         launch_matmul<NR_BATCH>(w, x, xq, N, y, res, st);
     }
@@ -287,6 +453,7 @@ void gpu_matmul(const GpuWeight &w, const float *x, const GpuQAct &xq, int64_t N
 /* One warp per 32-block: the CPU's quantize_q8_0_scalar (d = amax / 127, q = rint(x * 127 /
  * amax), round half to even, clamped to [-127, 127]). */
 __global__ void quantize_q8_0(const float *__restrict__ x, int64_t n_blocks, int8_t *q, float *d) {
+    pdl_sync();
     const int64_t b = (int64_t)blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5);
     if (b >= n_blocks) return;
     quantize_block(x[b * 32 + (threadIdx.x & 31)], b, q, d);
@@ -295,8 +462,8 @@ __global__ void quantize_q8_0(const float *__restrict__ x, int64_t n_blocks, int
 void gpu_quantize(const float *x, int64_t N, int64_t C, GpuQAct xq, cudaStream_t st) {
     const int64_t n_blocks = N * C / 32;
     const int per = 8; /* 32-blocks per thread block */
-    quantize_q8_0<<<(unsigned)((n_blocks + per - 1) / per), per * 32, 0, st>>>(x, n_blocks, xq.q,
-                                                                              xq.d);
+    launch(quantize_q8_0, dim3((unsigned)((n_blocks + per - 1) / per)), dim3(per * 32), 0, st, x,
+           n_blocks, xq.q, xq.d);
 }
 
 }  // namespace ats

@@ -6,7 +6,11 @@
  * rows' tokens, sequences and positions from device buffers filled before each replay, and
  * attention sizes its shared memory for the session's max_len): a small model's step is
  * hundreds of short kernels, whose launches would otherwise dominate. ATS_CUDA_GRAPHS=0 turns
- * the graphs off (every step launches its kernels). */
+ * the graphs off (every step launches its kernels). The graph's kernels are launched with
+ * programmatic dependent launch (kernels.cuh: pdl_sync), so each kernel's blocks are placed
+ * while the one before it drains; ATS_CUDA_PDL=0 captures them without. ATS_CUDA_MMA=0 runs
+ * the int8 / int4 matmuls of several rows on the warp kernel instead of the tensor cores (the
+ * same outputs, bit for bit: a check and a benchmark baseline). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -130,6 +134,16 @@ bool cuda_session_init(ats_session *sess, CudaSession **out, std::string *err) {
         *err = "ATS_CUDA_GRAPHS must be 0 or 1, got '" + graphs + "'";
         return false;
     }
+    const char *env_pdl = getenv("ATS_CUDA_PDL"), *env_mma = getenv("ATS_CUDA_MMA");
+    const std::string pdl = env_pdl ? env_pdl : "1", mma = env_mma ? env_mma : "1";
+    if (pdl != "0" && pdl != "1") {
+        *err = "ATS_CUDA_PDL must be 0 or 1, got '" + pdl + "'";
+        return false;
+    }
+    if (mma != "0" && mma != "1") {
+        *err = "ATS_CUDA_MMA must be 0 or 1, got '" + mma + "'";
+        return false;
+    }
     const Config &c = sess->model->cfg;
     const int64_t hd = c.head_dim, KV = c.n_kv_head * hd;
     if (sess->max_len > gpu_attention_max_keys(hd)) {
@@ -140,6 +154,8 @@ bool cuda_session_init(ats_session *sess, CudaSession **out, std::string *err) {
     }
     std::unique_ptr<CudaSession> cs(new CudaSession());
     cs->graphs = graphs == "1";
+    cs->pdl = pdl == "1";
+    cs->mma = mma == "1";
     CUDA_TRY(cudaStreamCreateWithFlags(&cs->stream, cudaStreamNonBlocking), "stream");
     const size_t slots = (size_t)sess->n_seq * (size_t)sess->max_len;
     cs->kv.resize((size_t)c.n_layer);
@@ -191,6 +207,7 @@ bool cuda_session_forward(ats_session *sess, const int32_t *const *ids, const in
     }
     const int64_t R = (int64_t)out_rows.size();
     if (!scratch_reserve(cs, m->cfg, M, R, err)) return false;
+    gpu_set_mma(cs->mma); /* this thread's matmuls, graph capture included */
     const Scratch &s = cs->s;
     cudaStream_t st = cs->stream;
     std::vector<int32_t> &up = cs->upload; /* s.tok's layout: tok, seq, pos, out_rows */
@@ -207,7 +224,9 @@ bool cuda_session_forward(ats_session *sess, const int32_t *const *ids, const in
         if (it == cs->decode.end()) {
             cudaGraph_t graph;
             CUDA_TRY(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), "graph capture");
+            gpu_set_pdl(cs->pdl);
             const bool ok = run_kernels(m, cs, M, R, sess->max_len - 1, err);
+            gpu_set_pdl(false);
             CUDA_TRY(cudaStreamEndCapture(st, &graph), "graph capture");
             if (!ok) {
                 cudaGraphDestroy(graph);

@@ -36,6 +36,8 @@ struct CudaSession {
     Scratch s;
     std::vector<int32_t> upload;               /* host side of s.tok's buffer */
     bool graphs = true;                        /* decode steps replay captured graphs */
+    bool pdl = true;                           /* their kernels launched with PDL */
+    bool mma = true;                           /* N > 1 int8 / int4 matmuls on tensor cores */
     std::map<int64_t, cudaGraphExec_t> decode; /* by row count; valid while scratch stays */
     void drop_graphs() {
         for (auto &g : decode) cudaGraphExecDestroy(g.second);

@@ -311,16 +311,64 @@ def test_greedy_ids_keep_the_argmax_rule_on_ties_and_nan(
 
 
 @gpu
-def test_bad_graphs_setting_is_a_clear_error(saved_model, monkeypatch) -> None:
+@pytest.mark.parametrize("setting", ["ATS_CUDA_GRAPHS", "ATS_CUDA_PDL", "ATS_CUDA_MMA"])
+def test_bad_graphs_setting_is_a_clear_error(saved_model, monkeypatch, setting: str) -> None:
     cuda = ats_native.Model(str(saved_model("tiny-dense")[1]), device="cuda")
-    monkeypatch.setenv("ATS_CUDA_GRAPHS", "yes")
-    with pytest.raises(ValueError, match="ATS_CUDA_GRAPHS must be 0 or 1, got 'yes'"):
+    monkeypatch.setenv(setting, "yes")
+    with pytest.raises(ValueError, match=f"{setting} must be 0 or 1, got 'yes'"):
         cuda.logits([1, 2, 3])
 
 
 @gpu
+@pytest.mark.parametrize("scheme", list(SCHEMES))
+def test_batched_quantized_matmuls_equal_the_warp_kernel(
+    saved_model, tmp_path, monkeypatch, scheme: str
+) -> None:
+    # int8 / int4 matmuls of N > 1 rows run on the tensor cores (one mma per Q8_0 block, summed
+    # in the warp kernel's order), so their logits equal the warp kernel's (ATS_CUDA_MMA=0) bit
+    # for bit: N = 2, odd, past one 8-row tile, not a multiple of 16, several 32-row tiles, and
+    # 1000 output rows (a partial 16-row tile); and they stay within the CPU's tolerance
+    _, directory = saved_model("tiny-dense", vocab_size=1000)
+    path = str(quantize_model_dir(directory, tmp_path / scheme, *SCHEMES[scheme]))
+    cpu = ats_native.Model(path, threads=2)
+    cuda = ats_native.Model(path, device="cuda")
+    errs = []
+    for k, shape in enumerate([(1, 2), (1, 7), (1, 13), (3, 17), (2, 40)]):
+        ids = random_ids(1000, shape, 20 + k)
+        monkeypatch.setenv("ATS_CUDA_MMA", "1")  # read when a session starts
+        ours = cuda.logits(ids)
+        monkeypatch.setenv("ATS_CUDA_MMA", "0")
+        assert np.array_equal(ours, cuda.logits(ids)), shape
+        errs.append(token_rel_errs(ours, cpu.logits(ids)).ravel())
+    assert_int_parity(np.concatenate(errs))
+
+
+@gpu
 @pytest.mark.parametrize("scheme", ["float", "int8", "int4-g32"])
-def test_moe_logits_and_generation_match_cpu(saved_model, tmp_path, scheme: str) -> None:
+def test_decode_graph_with_pdl_equals_without(
+    saved_model, quantized_dirs, monkeypatch, scheme: str
+) -> None:
+    # the decode graph's kernels launched with programmatic dependent launch (each waits for
+    # the one before it at its start): the same tokens as without, one sequence and three
+    # (the tensor-core matmuls of 3 rows inside the graph)
+    path = str(saved_model("tiny-dense")[1]) if scheme == "float" else quantized_dirs[scheme]
+    cuda = ats_native.Model(path, device="cuda")
+    prompts = [list(range(5, 40)), [9], [3, 7, 11, 200, 5]]
+
+    def run(pdl: str) -> list:
+        monkeypatch.setenv("ATS_CUDA_PDL", pdl)  # read when a session starts
+        return [list(cuda.generate(prompts[0], 24)), cuda.generate_batch(prompts, 24)]
+
+    with_pdl = run("1")
+    assert len(set(with_pdl[0])) > 3
+    assert with_pdl == run("0")
+
+
+@gpu
+@pytest.mark.parametrize("scheme", ["float", "int8", "int4-g32"])
+def test_moe_logits_and_generation_match_cpu(
+    saved_model, tmp_path, monkeypatch, scheme: str
+) -> None:
     # tiny-moe with a shared expert, expert bias, router temperature and a capacity that drops
     # slots: every routing rule the host-side routing of the GPU path shares with the CPU's
     moe = dict(n_experts=4, top_k=2, capacity_factor=0.8, router_temperature=0.7)
@@ -338,11 +386,17 @@ def test_moe_logits_and_generation_match_cpu(saved_model, tmp_path, scheme: str)
     cpu = ats_native.Model(path, threads=2)
     cuda = ats_native.Model(path, device="cuda")
     ids = random_ids(model.config.vocab_size, (3, 19), 4)
-    errs = token_rel_errs(cuda.logits(ids), cpu.logits(ids))
+    ours = cuda.logits(ids)
+    errs = token_rel_errs(ours, cpu.logits(ids))
     if scheme == "float":
         assert errs.max() < FLOAT_REL_TOL, errs
     else:
         assert_int_parity(errs)
+        # each expert's rows (57 tokens x top-2 spread over 4 experts) through the tensor-core
+        # kernel: the warp kernel's logits bit for bit
+        monkeypatch.setenv("ATS_CUDA_MMA", "0")
+        assert np.array_equal(ours, cuda.logits(ids))
+        monkeypatch.delenv("ATS_CUDA_MMA")
     prompt = random_ids(model.config.vocab_size, (9,), 5)
     ours, theirs = list(cuda.generate(prompt, 24)), list(cpu.generate(prompt, 24))
     assert ours[:8] == theirs[:8] and (scheme != "float" or ours == theirs)
