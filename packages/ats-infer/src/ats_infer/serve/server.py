@@ -57,7 +57,8 @@ def load_model(state: ServerState) -> None:
     state.tokenizer = engine.tokenizer
     state.vocab_size = engine.vocab_size
     state.max_seq_len = engine.max_seq_len
-    state.padding_bias = {t: -1e9 for t in range(engine.tokenizer.vocab_size, engine.vocab_size)}
+    # a vocabulary padded past the tokenizer's ids: the engine never draws the padding rows
+    state.vocab_limit = min(engine.tokenizer.vocab_size, engine.vocab_size)
     state.scheduler = Scheduler(engine.batch(s.slots), state.metrics, s.max_queue, s.prefill_chunk)
     state.scheduler.start()
     state.created = int(time.time())
