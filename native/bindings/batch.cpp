@@ -37,9 +37,9 @@ Batch batch_open(nb::handle model_h, int32_t n_slots, int32_t max_len) {
 void batch_start(Batch &self, int32_t slot, const std::vector<int32_t> &prompt, int32_t max_new_tokens,
                  const ats_sampler_params &sp, const std::vector<int32_t> &bias_ids,
                  const std::vector<float> &bias, const std::vector<int32_t> &stops, bool logprobs,
-                 int32_t top_logprobs) {
+                 int32_t top_logprobs, int32_t vocab_limit) {
     ats_request_params rp{max_new_tokens, stops.data(), (int32_t)stops.size(), logprobs ? 1 : 0,
-                          top_logprobs};
+                          top_logprobs, vocab_limit};
     char err[512];
     int rc = ats_batch_start(self.b, slot, prompt.data(), (int32_t)prompt.size(), &sp, bias_ids.data(),
                              bias.data(), (int32_t)bias_ids.size(), &rp, err, sizeof err);
@@ -106,7 +106,7 @@ void bind_batch(nb::module_ &m) {
             [](Batch &self, int32_t slot, nb::handle prompt, int32_t max_new_tokens, float temperature,
                int32_t top_k, float top_p, nb::handle seed_h, float presence_penalty,
                float frequency_penalty, nb::dict logit_bias, const std::vector<int32_t> &stop_tokens,
-               bool logprobs, int32_t top_logprobs) {
+               bool logprobs, int32_t top_logprobs, int32_t vocab_limit) {
                 Ids in = to_ids(prompt, ats_model_vocab_size(self.model->m), "prompt");
                 if (in.batched) throw nb::value_error("start takes one prompt (T,)");
                 std::vector<int32_t> bias_ids;
@@ -118,13 +118,15 @@ void bind_batch(nb::module_ &m) {
                 ats_sampler_params sp{temperature, top_k, top_p, seed_arg(seed_h), presence_penalty,
                                       frequency_penalty};
                 batch_start(self, slot, in.data, max_new_tokens, sp, bias_ids, bias, stop_tokens, logprobs,
-                            top_logprobs);
+                            top_logprobs, vocab_limit);
             },
             "slot"_a, "prompt"_a, "max_new_tokens"_a, "temperature"_a = 0.0f, "top_k"_a = 0,
             "top_p"_a = 1.0f, "seed"_a = nb::int_(0), "presence_penalty"_a = 0.0f, "frequency_penalty"_a = 0.0f,
             "logit_bias"_a = nb::dict(), "stop_tokens"_a = std::vector<int32_t>(), "logprobs"_a = false,
-            "top_logprobs"_a = 0,
-            "Starts a request in a free slot (ValueError naming the problem otherwise).")
+            "top_logprobs"_a = 0, "vocab_limit"_a = 0,
+            "Starts a request in a free slot (ValueError naming the problem otherwise). vocab_limit "
+            "N > 0: only ids below N are drawn, argmaxed and in logprobs (a model vocabulary padded "
+            "past the tokenizer's N ids); 0 = the whole vocabulary.")
         .def(
             "step",
             [](Batch &self, int32_t prefill_budget, const std::vector<int> &wake_fds) {

@@ -59,7 +59,7 @@ Batch batch_open(nanobind::handle model_h, int32_t n_slots, int32_t max_len);
 void batch_start(Batch &self, int32_t slot, const std::vector<int32_t> &prompt, int32_t max_new_tokens,
                  const ats_sampler_params &sp, const std::vector<int32_t> &bias_ids,
                  const std::vector<float> &bias, const std::vector<int32_t> &stops, bool logprobs,
-                 int32_t top_logprobs);
+                 int32_t top_logprobs, int32_t vocab_limit = 0);
 // One ats_batch_step with the GIL released and the model locked; returns the number of events,
 // which land in self.events. First, with the GIL already released, one byte is written to each
 // of wake_fds (a full pipe counts as woken); an fd that cannot be written raises ValueError and

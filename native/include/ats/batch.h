@@ -31,10 +31,13 @@ typedef struct {
     int32_t n_stop;
     int32_t logprobs;     /* 1: report the log-probability of each sampled token */
     int32_t top_logprobs; /* 0..ATS_MAX_TOP_LOGPROBS alternatives per token (needs logprobs) */
+    int32_t vocab_limit;  /* 1..vocab_size: only ids below it are drawn, argmaxed and reported in
+                           * logprobs (a vocabulary padded past the tokenizer's ids); 0 = all */
 } ats_request_params;
 
 /* One sampled token of one slot. Log-probabilities are log-softmax of the model's raw logits
- * (before bias, penalties and temperature), as vLLM reports them. */
+ * (before bias, penalties and temperature; over the ids below the request's vocab_limit), as vLLM
+ * reports them. */
 typedef struct {
     int32_t slot;
     int32_t token;
@@ -53,9 +56,9 @@ int32_t ats_batch_n_slots(const ats_batch *batch);
 /* 1 when a request runs in slot, 0 when it is free (or out of range). */
 int32_t ats_batch_busy(const ats_batch *batch, int32_t slot);
 
-/* Starts a request in a free slot. logit_bias: n_bias pairs (bias_ids[i], bias[i]). Returns 0, or
- * -1 with err set (slot busy or out of range, empty prompt, prompt + 1 > max_len, token id out of
- * range, bad sampler parameters or request parameters). */
+/* Starts a request in a free slot. logit_bias: n_bias pairs (bias_ids[i], bias[i]), ids below the
+ * request's vocab_limit. Returns 0, or -1 with err set (slot busy or out of range, empty prompt,
+ * prompt + 1 > max_len, token id out of range, bad sampler parameters or request parameters). */
 int ats_batch_start(ats_batch *batch, int32_t slot, const int32_t *prompt, int32_t n_prompt,
                     const ats_sampler_params *sampling, const int32_t *bias_ids,
                     const float *bias, int32_t n_bias, const ats_request_params *request,

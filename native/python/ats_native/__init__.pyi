@@ -131,7 +131,8 @@ BatchEvent = tuple[int, int, int, float, list[tuple[int, float]]]
 class Batch:
     """Continuous batching over one KV cache of n_slots sequences of up to max_len tokens each:
     start requests in free slots, step them all with one forward pass, cancel any. Logprobs are
-    log-softmax of the raw logits (before bias, penalties, temperature). One thread owns a batch."""
+    log-softmax of the raw logits (before bias, penalties, temperature; over the ids below the
+    request's vocab_limit). One thread owns a batch."""
 
     def __init__(self, model: Model, n_slots: int, max_len: int) -> None: ...
     @property
@@ -154,8 +155,11 @@ class Batch:
         stop_tokens: Sequence[int] = (),
         logprobs: bool = False,
         top_logprobs: int = 0,
+        vocab_limit: int = 0,
     ) -> None:
-        """Starts a request in a free slot; ValueError naming the problem otherwise."""
+        """Starts a request in a free slot; ValueError naming the problem otherwise. vocab_limit
+        N > 0: only ids below N are drawn, argmaxed and in the logprobs (a model vocabulary
+        padded past the tokenizer's N ids); 0 = the whole vocabulary."""
     def step(self, prefill_budget: int = 0, wake_fds: Sequence[int] = ()) -> list[BatchEvent]:
         """One forward pass over every busy slot: a prompt chunk (at most prefill_budget prompt
         tokens in all this step; 0 = no limit) for slots in prefill, the last token for the

@@ -24,6 +24,7 @@ struct Slot {
     int32_t last = -1;    /* last sampled token, fed at the next step */
     ats_sampler *sampler = nullptr;
     ats_request_params req{};
+    int32_t limit = 0; /* ids below it are drawn (the request's vocab_limit, or V) */
     std::vector<int32_t> stops;
 };
 
@@ -137,6 +138,12 @@ int ats_batch_start(ats_batch *b, int32_t slot, const int32_t *prompt, int32_t n
                               "top_logprobs in [0, 20] (and logprobs 1 when > 0)");
         return -1;
     }
+    if (req->vocab_limit < 0 || req->vocab_limit > V) {
+        set_err(err, err_cap, "vocab_limit " + std::to_string(req->vocab_limit) + " is out of range [0, " +
+                                  std::to_string(V) + "] (0 = the whole vocabulary)");
+        return -1;
+    }
+    const int32_t limit = req->vocab_limit > 0 ? req->vocab_limit : V;
     for (int32_t i = 0; i < n_prompt; i++) {
         if (prompt[i] < 0 || prompt[i] >= V) {
             set_err(err, err_cap, "prompt token id " + std::to_string(prompt[i]) + " at position " +
@@ -145,7 +152,8 @@ int ats_batch_start(ats_batch *b, int32_t slot, const int32_t *prompt, int32_t n
         }
     }
     try {
-        ats_sampler *sampler = ats_sampler_init(sampling, V, err, err_cap);
+        /* the sampler sees logits[0, limit) only: it never draws an id at or past the limit */
+        ats_sampler *sampler = ats_sampler_init(sampling, limit, err, err_cap);
         if (!sampler) return -1;
         if (ats_sampler_set_logit_bias(sampler, bias_ids, bias, n_bias, err, err_cap) != 0) {
             ats_sampler_free(sampler);
@@ -161,6 +169,7 @@ int ats_batch_start(ats_batch *b, int32_t slot, const int32_t *prompt, int32_t n
         s.stops.assign(req->stop_tokens, req->stop_tokens + req->n_stop);
         s.req = *req;
         s.req.stop_tokens = nullptr; /* copied into s.stops */
+        s.limit = limit;
         s.busy = true;
         return 0;
     } catch (const std::bad_alloc &) {
@@ -203,11 +212,12 @@ int ats_batch_step(ats_batch *b, int32_t prefill_budget, ats_batch_event *events
         any = any || n_new[(size_t)i] > 0;
     }
     if (!any) return 0;
-    /* every busy slot greedy without logprobs: the forward pass returns the ids (on the GPU only
-     * those come back), else the logits for the samplers */
+    /* every busy slot greedy without logprobs over the whole vocabulary: the forward pass returns
+     * the ids (on the GPU only those come back), else the logits for the samplers (a greedy
+     * sampler over a vocab_limit takes the first maximum of the row's first limit logits) */
     bool greedy = true;
     for (const Slot &s : b->slots) {
-        if (s.busy) greedy = greedy && sampler_takes_argmax(s.sampler) && !s.req.logprobs;
+        if (s.busy) greedy = greedy && sampler_takes_argmax(s.sampler) && !s.req.logprobs && s.limit == V;
     }
     std::vector<int32_t> &tokens = b->tokens;
     tokens.assign((size_t)n_slots, -1);
@@ -229,7 +239,7 @@ int ats_batch_step(ats_batch *b, int32_t prefill_budget, ats_batch_event *events
             ev.token = greedy ? tokens[(size_t)i] : ats_sampler_sample(s.sampler, row);
             ev.logprob = 0.0f;
             ev.n_top = 0;
-            if (s.req.logprobs) logprobs(row, V, ev.token, s.req.top_logprobs, &ev, &b->scratch);
+            if (s.req.logprobs) logprobs(row, s.limit, ev.token, s.req.top_logprobs, &ev, &b->scratch);
             ats_sampler_accept(s.sampler, ev.token);
             s.last = ev.token;
             s.produced++;

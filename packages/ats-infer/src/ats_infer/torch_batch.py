@@ -1,9 +1,9 @@
 """The torch engine's batch for the server: the interface of ats_native.Batch (start / step /
-cancel over n slots, the same events and sampling rules: logit bias, presence/frequency
-penalties, then greedy or temperature, top-k, top-p, a seeded draw) over ats-model's forward with
-one KVCache per slot. A step runs one forward per busy slot (a prompt chunk or one token); slots
-are not yet fused into one batched forward, since ats-model's KVCache shares one write position
-across its batch."""
+cancel over n slots, the same events and sampling rules: logits cut to the request's vocab_limit,
+logit bias, presence/frequency penalties, then greedy or temperature, top-k, top-p, a seeded draw)
+over ats-model's forward with one KVCache per slot. A step runs one forward per busy slot (a
+prompt chunk or one token); slots are not yet fused into one batched forward, since ats-model's
+KVCache shares one write position across its batch."""
 
 import os
 from collections.abc import Sequence
@@ -40,7 +40,10 @@ class TorchBatch:
     def start(self, slot: int, prompt: list[int], max_new_tokens: int, *, temperature: float = 0.0,
               top_k: int = 0, top_p: float = 1.0, seed: int = 0, presence_penalty: float = 0.0,
               frequency_penalty: float = 0.0, logit_bias: dict[int, float] | None = None,
-              stop_tokens: list[int] = (), logprobs: bool = False, top_logprobs: int = 0) -> None:  # fmt: skip
+              stop_tokens: list[int] = (), logprobs: bool = False, top_logprobs: int = 0,
+              vocab_limit: int = 0) -> None:  # fmt: skip
+        """As ats_native.Batch.start: vocab_limit N > 0 draws, argmaxes and reports logprobs over
+        the ids below N only (a vocabulary padded past the tokenizer's N ids); 0 = all."""
         if not 0 <= slot < self.n_slots:
             raise ValueError(f"slot {slot} is out of range [0, {self.n_slots})")
         if self.slots[slot] is not None:
@@ -51,13 +54,20 @@ class TorchBatch:
             raise ValueError("need max_new_tokens >= 1 and top_logprobs in [0, 20]")
         if temperature < 0 or top_k < 0 or not 0 < top_p <= 1:
             raise ValueError("need temperature >= 0, top_k >= 0, top_p in (0, 1]")
-        bad = [t for t in [*prompt, *(logit_bias or {})] if not 0 <= t < self.vocab]
+        if not 0 <= vocab_limit <= self.vocab:
+            raise ValueError(f"vocab_limit {vocab_limit} is out of range [0, {self.vocab}] "
+                             "(0 = the whole vocabulary)")  # fmt: skip
+        limit = vocab_limit or self.vocab
+        bad = [t for t in prompt if not 0 <= t < self.vocab]
         if bad:
             raise ValueError(f"token id {bad[0]} is out of range [0, {self.vocab})")
+        bad = [t for t in logit_bias or {} if not 0 <= t < limit]
+        if bad:
+            raise ValueError(f"logit_bias token id {bad[0]} is out of range [0, {limit})")
         sampling = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed,
                     "presence": presence_penalty, "frequency": frequency_penalty,
                     "bias": dict(logit_bias or {}), "stops": set(stop_tokens),
-                    "logprobs": logprobs, "top": top_logprobs}  # fmt: skip
+                    "logprobs": logprobs, "top": top_logprobs, "limit": limit}  # fmt: skip
         self.slots[slot] = Slot(self.model, list(prompt), max_new_tokens, self.max_len,
                                 self.device, sampling)  # fmt: skip
 
@@ -103,6 +113,7 @@ class TorchBatch:
 
     def _sample(self, i: int, s: Slot, raw: torch.Tensor) -> tuple:
         p = s.s
+        raw = raw[: p["limit"]]  # ids past the limit are never drawn nor reported
         z = raw.clone()
         for token, b in p["bias"].items():
             z[token] += b

@@ -91,10 +91,11 @@ def sampling(
         "top_p": req.top_p,
         "presence_penalty": req.presence_penalty,
         "frequency_penalty": req.frequency_penalty,
-        "logit_bias": bias | state.padding_bias,
+        "logit_bias": bias,
         "stop_tokens": stop_tokens,
         "logprobs": top is not None,
         "top_logprobs": top or 0,
+        "vocab_limit": state.vocab_limit,
     }
 
 

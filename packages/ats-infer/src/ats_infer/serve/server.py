@@ -5,6 +5,7 @@ accepting, lets in-flight requests finish within --shutdown-timeout, cancels the
 import argparse
 import logging
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -57,7 +58,8 @@ def load_model(state: ServerState) -> None:
     state.tokenizer = engine.tokenizer
     state.vocab_size = engine.vocab_size
     state.max_seq_len = engine.max_seq_len
-    state.padding_bias = {t: -1e9 for t in range(engine.tokenizer.vocab_size, engine.vocab_size)}
+    # a vocabulary padded past the tokenizer's ids: the engine never draws the padding rows
+    state.vocab_limit = min(engine.tokenizer.vocab_size, engine.vocab_size)
     state.scheduler = Scheduler(engine.batch(s.slots), state.metrics, s.max_queue, s.prefill_chunk)
     state.scheduler.start()
     state.created = int(time.time())
@@ -89,6 +91,10 @@ def serve(args: argparse.Namespace) -> None:
         port=args.port,
         timeout_graceful_shutdown=settings.shutdown_timeout,
         log_level="info",
+        # uvloop's event loop and httptools' parser (the serve extra): the loop's share of a
+        # streamed token's CPU time, named so that a missing one fails at start, not silently
+        loop="asyncio" if sys.platform == "win32" else "uvloop",
+        http="httptools",
     )
     server = uvicorn.Server(config)
     # uvicorn shuts down gracefully on SIGTERM, then re-raises it under the handler it found: with

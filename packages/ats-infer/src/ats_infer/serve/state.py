@@ -1,7 +1,7 @@
 """What a running server holds: its settings (from the command line), and once the model has
 loaded, the tokenizer, the scheduler over the engine's batch, and the model's limits."""
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ats_tokenizer import Tokenizer
@@ -41,9 +41,9 @@ class ServerState:
     vocab_size: int = 0
     max_seq_len: int = 0
     created: int = 0
-    # the model's rows past the tokenizer's ids (a vocabulary padded for speed) are never drawn:
-    # exp(-1e9) is 0 in every precision the sampler uses
-    padding_bias: dict[int, float] = field(default_factory=dict)
+    # ids below it are drawn (EngineBatch.start's vocab_limit): the model's rows past the
+    # tokenizer's ids (a vocabulary padded for speed) never are
+    vocab_limit: int = 0
 
     @property
     def model_name(self) -> str:
