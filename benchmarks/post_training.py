@@ -45,9 +45,16 @@ HELDOUT_SHARE = 0.1  # of all (a, b) pairs
 # generation budget of an answer: "999+999=8991 reversed. answer: 1998" is 19 digit-split
 # tokens, + <|im_end|>
 ANSWER_TOKENS = 32
-# constant, and the SFT control's. At 5e-4 the cpu run's sampled exact match fell from 0.117 to 0
-# in 7 steps: most groups score alike, the gradient is small and noisy, and Adam's first steps
-# move every weight by about lr whatever its gradient's size (5e-5: no collapse in 40 steps)
+# Pretraining and SFT peak lrs (decaying to a tenth). At 3e-3 (and SFT at 1e-3) the units digit of
+# every answer, the first one written, stayed at chance (1 in 10) and SFT held-out exact match
+# near 1/9: benchmarks/units_digit_probe.py shows the same model (and HF's LlamaForCausalLM of its
+# shape) learning (a0 + b0) mod 10 at AdamW 3e-4 and not at 3e-3 (1e-3: slowly)
+PRETRAIN_LR, PRETRAIN_MIN_LR = 3e-4, 3e-5
+SFT_LR, SFT_MIN_LR = 3e-4, 3e-5
+# GRPO's lr: constant, and the SFT control's. At 5e-4 the cpu run's sampled exact match fell
+# from 0.117 to 0 in 7 steps: most groups score alike, the gradient is small and noisy, and
+# Adam's first steps move every weight by about lr whatever its gradient's size (5e-5: no
+# collapse in 40 steps)
 GRPO_LR = 5e-5
 NAMES = ["Ada", "Ben", "Cleo", "Dev", "Eli", "Fay", "Gus", "Hana"]
 ITEMS = ["apples", "coins", "stamps", "marbles", "books", "shells"]
@@ -312,13 +319,14 @@ def main(argv: list[str] | None = None) -> dict:
         "data.source": corpus, "data.tokenizer": work / "tokenizer.json", "data.max_bytes": "none",
         "data.mode": "random", "data.val_fraction": 0.05, "data.cache_dir": work / "cache",
         "train.eval_batches": 1, "train.steps": scale.pretrain_steps, "train.batch_size": scale.batch,
-        "optim.lr": 3e-3, "optim.warmup_steps": scale.pretrain_steps // 10,
+        "optim.lr": PRETRAIN_LR, "optim.min_lr": PRETRAIN_MIN_LR,
+        "optim.warmup_steps": scale.pretrain_steps // 10,
     })  # fmt: skip
     post = {**common, "data.val_fraction": 0.02}
     run(["sft", "--run-dir", str(work / "sft")], {
         **post, "model.init_from": work / "pretrain" / "model", "data.source": sft_file,
-        "train.steps": scale.sft_steps, "train.batch_size": scale.batch // 4, "optim.lr": 1e-3,
-        "optim.warmup_steps": scale.sft_steps // 10,
+        "train.steps": scale.sft_steps, "train.batch_size": scale.batch // 4, "optim.lr": SFT_LR,
+        "optim.min_lr": SFT_MIN_LR, "optim.warmup_steps": scale.sft_steps // 10,
     })  # fmt: skip
     sft_dir = work / "sft" / "model"
     run(["grpo", "--run-dir", str(work / "grpo")], {

@@ -1,5 +1,6 @@
 """export_hf against the outside oracle: HF transformers loads the export with no extra code and
-no missing/unexpected weights, and its Llama/Mixtral logits match ATS's within 1e-4 (fp32, CPU).
+no missing/unexpected weights, and its Llama/Mixtral logits match ATS's within 1e-4 (fp32, CPU),
+and the Llama loss and every parameter's gradient match in float64 to 1e-10 relative.
 Configurations HF cannot express are refused naming the field and value."""
 
 import json
@@ -9,8 +10,10 @@ import pytest
 import torch
 import transformers
 from ats_model.config import RopeScaling
-from ats_model.serialization import export_hf
+from ats_model.serialization import export_hf, hf_llama
 from safetensors import safe_open
+from torch.nn import functional as F
+from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
 PARITY_ATOL = 1e-4
 
@@ -51,6 +54,66 @@ def test_dense_export_matches_hf_llama(tmp_path, make_model, dense_config, rando
     assert type(hf).__name__ == "LlamaForCausalLM"
     assert hf.config.tie_word_embeddings == config.tie_embeddings
     assert_parity(model, hf, random_ids(config.vocab_size, shape=(2, 40)))
+
+
+GRAD_RTOL = 1e-10
+
+
+@pytest.mark.parametrize("overrides", [{}, {"tie_embeddings": True}], ids=["gqa", "tied"])
+def test_dense_gradients_match_hf_llama(
+    tmp_path, monkeypatch, make_model, dense_config, random_ids, overrides
+):
+    """Training, not only inference, matches the reference: the same weights in float64, the same
+    batch, ATS's next-token loss (model(ids, targets)) against the cross-entropy of HF
+    LlamaForCausalLM's logits, and every parameter's gradient, to ~1e-10 relative. HF computes
+    a few things in float32 whatever the model's dtype (each ~1e-9 from float64 here): its
+    `labels=` loss (not used), RoPE angles (ATS is given HF's tables below), eager attention's
+    softmax (SDPA is used) and LlamaRMSNorm, run here by the same formula without the cast."""
+
+    def rms_norm_in_input_dtype(self, x: torch.Tensor) -> torch.Tensor:
+        variance = x.pow(2).mean(-1, keepdim=True)
+        return self.weight * (x * torch.rsqrt(variance + self.variance_epsilon))
+
+    monkeypatch.setattr(LlamaRMSNorm, "forward", rms_norm_in_input_dtype)
+    config = dense_config(**overrides)
+    model = make_model(config, dtype=torch.float64).train()
+    export_hf(model, tmp_path)
+    hf, info = transformers.AutoModelForCausalLM.from_pretrained(
+        tmp_path, output_loading_info=True, dtype=torch.float64, attn_implementation="sdpa"
+    )
+    assert {k: v for k, v in info.items() if v} == {}, f"transformers load reported {info}"
+    hf.train()
+    assert next(hf.parameters()).dtype == torch.float64
+    # HF computes its RoPE angles in float32 whatever the model's dtype (~1e-8 from ours); the
+    # tables are constants, not weights, so ATS gets HF's, and the rest must agree in float64
+    positions = torch.arange(config.max_seq_len)[None]
+    cos, sin = hf.model.rotary_emb(torch.zeros(1, dtype=torch.float64), positions)
+    with torch.no_grad():
+        model.rope_cos.copy_(cos[0])
+        model.rope_sin.copy_(sin[0])
+    seq = random_ids(config.vocab_size, shape=(3, 25))
+    ours = model(seq[:, :-1], targets=seq[:, 1:]).loss
+    logits = hf(input_ids=seq[:, :-1]).logits
+    assert logits.dtype == torch.float64
+    theirs = F.cross_entropy(logits.flatten(0, 1), seq[:, 1:].flatten())
+    ours.backward()
+    theirs.backward()
+    assert abs(ours.item() - theirs.item()) <= GRAD_RTOL * abs(theirs.item())
+    hf_params = dict(hf.named_parameters())
+    table = {**hf_llama.HF_LAYER, **hf_llama.HF_DENSE_FFN}
+    checked = set()
+    for name, p in model.named_parameters():
+        hf_name = hf_llama.rename_to_hf(name, table)
+        theirs_grad = hf_params[hf_name].grad
+        assert p.grad is not None and theirs_grad is not None, name
+        scale = theirs_grad.abs().max().item()
+        assert scale > 0, f"{hf_name}: zero gradient tests nothing"
+        err = (p.grad - theirs_grad).abs().max().item()
+        assert err <= GRAD_RTOL * scale, f"{name}: max |diff| {err:.3e}, max |grad| {scale:.3e}"
+        checked.add(hf_name)
+    assert checked == set(hf_params), (
+        f"HF parameters without an ATS twin: {set(hf_params) - checked}"
+    )
 
 
 @pytest.mark.parametrize("overrides", [{}, {"top_k": 1}, {"top_k": 4}], ids=["top2", "top1", "all"])
