@@ -1,12 +1,13 @@
 /* Matrix-vector products for decode (and, chunk by chunk, prefill and batched decode of float
- * weights; int8 / int4 weights against several rows take matmul_mma below): one warp per output row,
- * each lane streaming 16-byte pieces of the weight row (coalesced across the warp), UNROLL
- * pieces in flight per lane before any is used (a 2048-column int8 row is 2 KB: one round of
- * loads for the whole warp), against NR activation rows (a chunk of the N), then a
- * warp sum and an optional residual added in the epilogue. Float weights (fp32, bf16) dot fp32
- * activations; int8 / int4 weights dot Q8_0 activations in integers (dp4a), the CPU runtime's
- * scheme (kernels.h: dot_q8_packed, dot_q4_packed). A lane visits its blocks in increasing
- * order, so the per-lane float sums do not depend on UNROLL or NR. */
+ * weights): one warp per output row, each lane streaming 16-byte pieces of the weight row
+ * (coalesced across the warp), UNROLL pieces in flight per lane before any is used, against NR
+ * activation rows (a chunk of the N), then a warp sum and an optional residual added in the
+ * epilogue. Float weights (fp32, bf16) dot fp32 activations; int8 / int4 weights dot Q8_0
+ * activations in integers (dp4a), the CPU runtime's scheme (kernels.h: dot_q8_packed,
+ * dot_q4_packed): one activation row takes matvec_q (several weight rows per warp), several rows
+ * matmul_mma (tensor cores) or, with gpu_set_mma(false), matmul_q8 / matmul_q4 here. A lane
+ * visits its blocks in increasing order, so the per-lane float sums do not depend on UNROLL, NR
+ * or the kernel. */
 #include "kernels.cuh"
 
 namespace ats {
@@ -252,6 +253,158 @@ __global__ void matmul_q4(const uint8_t *__restrict__ w, const __half *__restric
     store_rows<NR>(acc, lane, nr, n0, row, rows, res, y);
 }
 
+/* One activation row (decode) of int8 / int4 weights: each warp takes R consecutive output rows,
+ * lane l holding strand l of every one of them (blocks l, l + 32, l + 64, ... of the row, in
+ * increasing order, fma(dot, d, acc) per block, then the int8 row scale, then the warp's xor
+ * shuffle tree: the same order as matmul_q8 / matmul_q4 and the tensor-core kernel, so all three
+ * give the same bits). A lane issues every 16-byte weight load of a round (U blocks of each of
+ * the R rows, with the int8 row scales or int4 group scales) before any math, and before
+ * pdl_sync: weights are never written, so under programmatic dependent launch they stream in
+ * while the previous kernel finishes; the activation blocks (shared by the R rows) are loaded
+ * after it. Weight loads bypass L1 (read once), leaving it to the activations. The launcher
+ * picks R so that large matrices keep several KB of loads in flight per warp and small ones
+ * still spread over every SM, and U to cover a row's blocks per lane in one round when the
+ * registers allow (launch_matvec_q). */
+__device__ __forceinline__ int4 ld_stream(const void *p) {
+    int4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.s32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+static const int MV_WARPS = 4; /* warps per block of matvec_q */
+
+template <bool Q4, int R, int U>
+__global__ void __launch_bounds__(MV_WARPS * 32)
+    matvec_q(const uint8_t *__restrict__ w, const float *__restrict__ scale,
+             const __half *__restrict__ scale4, int group, int64_t rows, int64_t cols,
+             const int8_t *__restrict__ xq, const float *__restrict__ xd, const float *res,
+             float *y) {
+    constexpr int P = Q4 ? 1 : 2; /* 16-byte pieces per 32-block */
+    const int lane = threadIdx.x & 31;
+    const int64_t row0 = ((int64_t)blockIdx.x * MV_WARPS + (threadIdx.x >> 5)) * R;
+    if (row0 >= rows) {
+        pdl_sync();
+        return;
+    }
+    const int64_t nb = cols / 32, ng = Q4 ? cols / group : 1, per_group = Q4 ? group / 32 : 1;
+    const int64_t rounds = (nb + 31) / 32; /* blocks per strand, at most */
+    const uint8_t *wr[R];
+    int64_t sr[R]; /* int4: the row's first group scale */
+    float acc[R], rs[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const int64_t row = row0 + r < rows ? row0 + r : rows - 1; /* past the end: not stored */
+        wr[r] = w + row * (Q4 ? nb * 16 : cols);
+        sr[r] = row * ng;
+        acc[r] = 0.0f;
+        rs[r] = Q4 ? 1.0f : __ldg(scale + row);
+    }
+    for (int64_t j0 = 0; j0 < rounds; j0 += U) {
+        int4 wv[R][U][P];
+        float ws[R][U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int64_t b = lane + 32 * (j0 + u);
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+#pragma unroll
+                for (int p = 0; p < P; p++) {
+                    wv[r][u][p] = b < nb ? ld_stream(wr[r] + (b * P + p) * 16)
+                                         : make_int4(0, 0, 0, 0);
+                }
+                ws[r][u] = Q4 && b < nb
+                               ? __half2float(__ldg(scale4 + sr[r] + b / per_group))
+                               : 1.0f;
+            }
+        }
+        if (j0 == 0) pdl_sync();
+        int4 x0[U], x1[U];
+        float d[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int64_t b = lane + 32 * (j0 + u);
+            const int4 z = make_int4(0, 0, 0, 0);
+            x0[u] = b < nb ? __ldg((const int4 *)xq + 2 * b) : z;
+            x1[u] = b < nb ? __ldg((const int4 *)xq + 2 * b + 1) : z;
+            d[u] = b < nb ? __ldg(xd + b) : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (lane + 32 * (j0 + u) >= nb) continue;
+            if (!Q4) {
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    acc[r] = fmaf((float)dot32(wv[r][u][0], wv[r][u][1], x0[u], x1[u]), d[u],
+                                  acc[r]);
+                }
+            } else {
+                const int4 ones = make_int4(0x01010101, 0x01010101, 0x01010101, 0x01010101);
+                const int sx = 8 * dot32(ones, ones, x0[u], x1[u]);
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    const int4 c = wv[r][u][0];
+                    const int4 lo = make_int4(c.x & 0x0F0F0F0F, c.y & 0x0F0F0F0F,
+                                              c.z & 0x0F0F0F0F, c.w & 0x0F0F0F0F);
+                    const int4 hi =
+                        make_int4((c.x >> 4) & 0x0F0F0F0F, (c.y >> 4) & 0x0F0F0F0F,
+                                  (c.z >> 4) & 0x0F0F0F0F, (c.w >> 4) & 0x0F0F0F0F);
+                    const int dot = dot32(lo, hi, x0[u], x1[u]) - sx;
+                    acc[r] = fmaf((float)dot, __fmul_rn(ws[r][u], d[u]), acc[r]);
+                }
+            }
+        }
+    }
+    float out = 0.0f;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const float s = warp_sum(Q4 ? acc[r] : __fmul_rn(acc[r], rs[r])); /* never contracted */
+        if (lane == r) out = s;
+    }
+    const int64_t row = row0 + lane;
+    if (lane < R && row < rows) y[row] = res ? res[row] + out : out;
+}
+
+template <bool Q4, int R, int U>
+static void launch_matvec(const GpuWeight &w, const GpuQAct &xq, float *y, const float *res,
+                          cudaStream_t st) {
+    const int64_t per_block = (int64_t)MV_WARPS * R;
+    launch(matvec_q<Q4, R, U>, dim3((unsigned)((w.rows + per_block - 1) / per_block)),
+           dim3(MV_WARPS * 32), 0, st, (const uint8_t *)w.data, w.scale, w.scale4, w.group,
+           w.rows, w.cols, (const int8_t *)xq.q, (const float *)xq.d, res, y);
+}
+
+/* U = a lane's blocks per row and round, 2 or 4 (4 when a lane has more than 2 blocks); then R
+ * as large as the registers allow (16 weight pieces per lane and round: R <= 4 int8 / 8 int4)
+ * while leaving >= 2816 warps (~21 per SM of 132). dense-1b int8 takes R = 4 for w1 / w3 and
+ * the output projection, R = 1 for the rest; int4 R = 4 for w1 / w3, 8 for the output. U = 8 (w2's 5632 columns
+ * in one round) would take ~150 registers, 3 blocks per SM, 2 waves for w2's 512 blocks. */
+template <bool Q4>
+static void launch_matvec_q(const GpuWeight &w, const GpuQAct &xq, float *y, const float *res,
+                            cudaStream_t st) {
+    const int64_t per_lane = (w.cols / 32 + 31) / 32;
+    const int u = per_lane <= 2 ? 2 : 4, P = Q4 ? 1 : 2;
+    int r = Q4 ? 8 : 4;
+    while (r > 1 && (r * u * P > 16 || w.rows / r < 2816)) r /= 2;
+    const bool u4 = u == 4;
+    switch (r) {
+    case 8: launch_matvec<Q4, (Q4 ? 8 : 4), 2>(w, xq, y, res, st); break;
+    case 4:
+        if (u4) launch_matvec<Q4, 4, (Q4 ? 4 : 2)>(w, xq, y, res, st);
+        else launch_matvec<Q4, 4, 2>(w, xq, y, res, st);
+        break;
+    case 2:
+        if (u4) launch_matvec<Q4, 2, 4>(w, xq, y, res, st);
+        else launch_matvec<Q4, 2, 2>(w, xq, y, res, st);
+        break;
+    default:
+        if (u4) launch_matvec<Q4, 1, 4>(w, xq, y, res, st);
+        else launch_matvec<Q4, 1, 2>(w, xq, y, res, st);
+        break;
+    }
+}
+
 /* Batched int8 / int4 matmul (N > 1 activation rows) on the tensor cores: mma.sync m16n8k32
  * (s8 x s8 -> s32), one mma per Q8_0 block, so each block's integer dot is exact as in the
  * warp kernels above, then scaled in float. A thread block takes 16 output rows and NT tiles
@@ -422,12 +575,14 @@ static void launch_matmul(const GpuWeight &w, const float *x, const GpuQAct &xq,
         launch(matmul_bf16<NR>, g, b, 0, st, (const __nv_bfloat16 *)w.data, w.rows, w.cols, x, N,
                res, y);
         break;
-    case GPU_Q8:
-        launch(matmul_q8<NR>, g, b, 0, st, (const int8_t *)w.data, w.scale, w.rows, w.cols,
+    case GPU_Q8: /* N > 1 only (one row: matvec_q) */
+        if constexpr (NR > 1)
+            launch(matmul_q8<NR>, g, b, 0, st, (const int8_t *)w.data, w.scale, w.rows, w.cols,
                (const int8_t *)xq.q, (const float *)xq.d, N, res, y);
         break;
     case GPU_Q4:
-        launch(matmul_q4<NR>, g, b, 0, st, (const uint8_t *)w.data, w.scale4, w.group, w.rows,
+        if constexpr (NR > 1)
+            launch(matmul_q4<NR>, g, b, 0, st, (const uint8_t *)w.data, w.scale4, w.group, w.rows,
                w.cols, (const int8_t *)xq.q, (const float *)xq.d, N, res, y);
         break;
     }
@@ -439,7 +594,10 @@ void gpu_set_mma(bool on) { use_mma = on; }
 
 void gpu_matmul(const GpuWeight &w, const float *x, const GpuQAct &xq, int64_t N, float *y,
                 cudaStream_t st, const float *res) {
-    if (N == 1) {
+    if (N == 1 && (w.type == GPU_Q8 || w.type == GPU_Q4)) {
+        if (w.type == GPU_Q8) launch_matvec_q<false>(w, xq, y, res, st);
+        else launch_matvec_q<true>(w, xq, y, res, st);
+    } else if (N == 1) {
         launch_matmul<1>(w, x, xq, N, y, res, st);
     } else if (use_mma && w.type == GPU_Q8) {
         launch_mma<false>(w, xq, N, y, res, st);
