@@ -261,7 +261,7 @@ __global__ void matmul_q4(const uint8_t *__restrict__ w, const __half *__restric
  * the R rows, with the int8 row scales or int4 group scales) before any math, and before
  * pdl_sync: weights are never written, so under programmatic dependent launch they stream in
  * while the previous kernel finishes; the activation blocks (shared by the R rows) are loaded
- * after it. Weight loads bypass L1 (read once), leaving it to the activations. The launcher
+ * after it, by coherent loads (ld_act). Weight loads bypass L1 (read once), leaving it to the activations. The launcher
  * picks R so that large matrices keep several KB of loads in flight per warp and small ones
  * still spread over every SM, and U to cover a row's blocks per lane in one round when the
  * registers allow (launch_matvec_q). */
@@ -270,6 +270,24 @@ __device__ __forceinline__ int4 ld_stream(const void *p) {
     asm volatile("ld.global.nc.L1::no_allocate.v4.s32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "l"(p));
+    return v;
+}
+
+/* Coherent loads of activations written by the previous kernel: ptxas moves non-coherent
+ * (ld.global.nc, __ldg) loads above griddepcontrol.wait when other loads precede it (seen in the
+ * SASS of matvec_q), which under PDL reads them before that kernel has written them. */
+__device__ __forceinline__ int4 ld_act(const void *p) {
+    int4 v;
+    asm volatile("ld.global.v4.s32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p)
+                 : "memory");
+    return v;
+}
+
+__device__ __forceinline__ float ld_act(const float *p) {
+    float v;
+    asm volatile("ld.global.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
     return v;
 }
 
@@ -326,9 +344,9 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
         for (int u = 0; u < U; u++) {
             const int64_t b = lane + 32 * (j0 + u);
             const int4 z = make_int4(0, 0, 0, 0);
-            x0[u] = b < nb ? __ldg((const int4 *)xq + 2 * b) : z;
-            x1[u] = b < nb ? __ldg((const int4 *)xq + 2 * b + 1) : z;
-            d[u] = b < nb ? __ldg(xd + b) : 0.0f;
+            x0[u] = b < nb ? ld_act((const int4 *)xq + 2 * b) : z;
+            x1[u] = b < nb ? ld_act((const int4 *)xq + 2 * b + 1) : z;
+            d[u] = b < nb ? ld_act(xd + b) : 0.0f;
         }
 #pragma unroll
         for (int u = 0; u < U; u++) {
