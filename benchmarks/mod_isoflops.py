@@ -72,7 +72,7 @@ def run(preset: str, steps: int, args, data_dir: Path, batches, work: Path) -> d
 
         row = {"name": preset, "steps": steps,
                "steps_per_s": round((steps - args.warmup) / (t_end - t0), 3),
-               "train_wall_s": round(t_end - t_built, 1),
+               "train_wall_s": round(t_end - t_built, 3),
                "val_loss": round(evaluate(loss_fn(False), batches, device), 4)}  # fmt: skip
         if model.config.mod is not None:
             row["val_loss_causal_routing"] = round(evaluate(loss_fn(True), batches, device), 4)
