@@ -79,10 +79,10 @@ def run(preset: str, steps: int, args, data_dir: Path, batches, work: Path) -> d
         t_eval = time.perf_counter()
     # where the leg's time went: build (model, data, attention choice), the first --warmup steps
     # (compile), the timed steps, the evaluations
-    row["phases_s"] = {"build": round(t_built - t_start, 1),
-                       "warmup_compile": round(t0 - t_built, 1),
-                       "timed_steps": round(t_end - t0, 1),
-                       "eval": round(t_eval - t_end, 1)}  # fmt: skip
+    row["phases_s"] = {"build": round(t_built - t_start, 3),
+                       "warmup_compile": round(t0 - t_built, 3),
+                       "timed_steps": round(t_end - t0, 3),
+                       "eval": round(t_eval - t_end, 3)}  # fmt: skip
     return row
 
 
