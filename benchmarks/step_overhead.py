@@ -19,11 +19,16 @@ of trainer and bare steps on one model (after a warm-up) and reports the median 
 mean step (the orchestrator's window work runs every 10 steps: a median step would hide it);
 "ratio" = trainer / bare. One JSON line per run.
 
-`--paired A,B` compares two runs directly instead: both trainers are built (two copies of the
-model), warmed up, then timed in alternating blocks (A B, B A, A B, ...), so a drift of the device's
-speed between runs (seen on the H200: a bare 124m loop moved 10% from one run to the next) hits
-both alike; it prints the median and range over rounds of B's block time / A's. `--paired A,A`
-is the control: the same run twice shows the method's own bias and spread.
+`--interleave` measures the goal directly, on one trainer: act_overlap's trainer is built once and
+timed in alternating blocks with its orchestrator and with `Orchestrator.disabled()` swapped in
+(what `orchestrator.mode = off` builds: the mode changes nothing else in the trainer), in the order
+on off, off on, on off, ..., each block ending with the steps it launched recorded and the device
+idle. Same model, same memory, same compiled graphs: a block's ratio differs from 1 only by the
+orchestrator's work and the noise, and `--interleave-control` (the disabled orchestrator in both
+blocks of every round) measures that noise in the same call. It prints the median, the geometric
+mean with its standard error and the range over rounds of (on block time / off block time).
+(Two trainers built side by side and timed alternately, the method before this one, read 1.036
+on an A/A control: the second copy of the model ran slower, so the bias was as large as the goal.)
 
 Shapes: `small` (default) is shakespeare.py's model scaled down so the host's work is a visible
 share of a CPU step; `shakespeare` is its full model (batch 64 x 256 bytes); `124m` is the
@@ -31,8 +36,8 @@ share of a CPU step; `shakespeare` is its full model (batch 64 x 256 bytes); `12
 """
 
 import argparse
-import contextlib
 import json
+import math
 import platform
 import statistics
 import sys
@@ -46,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).parent))  # shakespeare.py's byte-level da
 import shakespeare  # noqa: E402
 from ats_train.build import build_trainer  # noqa: E402
 from ats_train.config import build_config  # noqa: E402
+from ats_train.orchestrator.orchestrator import Orchestrator  # noqa: E402
 from ats_train.trainer import Trainer  # noqa: E402
 
 MODEL = {  # shakespeare.py's shape, scaled down so the host's work is a visible share
@@ -120,26 +126,42 @@ def measure(trainer: Trainer, steps: int, rounds: int) -> tuple[float, float]:
     return statistics.median(ours), statistics.median(bare)
 
 
-def paired(trainers: dict[str, Trainer], steps: int, rounds: int) -> list[float]:
-    """Per round, the second trainer's mean step time over the first's, blocks alternating; the
-    order flips every round (A B, B A, ...), so what a block does to the next one (a cooler or
-    warmer device, the allocator) falls on both alike."""
+def interleave(trainer: Trainer, steps: int, rounds: int, control: bool) -> list[float]:
+    """Per round, (orchestrator on block) / (orchestrator off block), mean step times, one block
+    of each, their order flipped every round so that what a block leaves the next one (a warmer
+    device, the allocator's state) falls on both alike. `control`: the disabled orchestrator in
+    both blocks (the method's own bias and spread)."""
     block = max(1, steps // rounds)
-    first, second = trainers.values()
+    built = trainer.orchestrator
+    on = Orchestrator.disabled() if control else built
+    off = Orchestrator.disabled()
     ratios = []
     for r in range(rounds):
         times = {}
-        for trainer in (first, second) if r % 2 == 0 else (second, first):
+        for kind in ("on", "off") if r % 2 == 0 else ("off", "on"):
+            trainer.orchestrator = on if kind == "on" else off
             t = time.perf_counter()
             for _ in range(block):
                 trainer.train_step()
+            trainer.flush()  # the block's steps recorded by its own orchestrator
             if trainer.backend.device.type == "cuda":
                 torch.cuda.synchronize()
-            times[id(trainer)] = (time.perf_counter() - t) / block
-        ratios.append(times[id(second)] / times[id(first)])
-    for trainer in trainers.values():
-        trainer.flush()
+            times[kind] = (time.perf_counter() - t) / block
+        ratios.append(times["on"] / times["off"])
+    trainer.orchestrator = built
     return ratios
+
+
+def summary(ratios: list[float]) -> dict:
+    logs = [math.log(r) for r in ratios]
+    se = statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else float("nan")
+    return {
+        "median_ratio": round(statistics.median(ratios), 4),
+        "geomean_ratio": round(math.exp(statistics.fmean(logs)), 4),
+        "geomean_se": round(math.exp(statistics.fmean(logs)) * se, 4),
+        "range": [round(min(ratios), 4), round(max(ratios), 4)],
+        "rounds": len(ratios),
+    }
 
 
 def main() -> None:
@@ -153,11 +175,20 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=600, help="measured steps of each kind")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=30)
-    parser.add_argument("--paired", help="A,B: two runs timed in alternating blocks (B / A)")
+    parser.add_argument(
+        "--interleave",
+        action="store_true",
+        help="one act_overlap trainer, orchestrator on and off in alternating blocks",
+    )
+    parser.add_argument(
+        "--interleave-control",
+        action="store_true",
+        help="with --interleave: first the same rounds with it off in both blocks",
+    )
     args = parser.parse_args()
-    names = args.paired.split(",") if args.paired else args.runs.split(",")
-    if args.paired and len(names) != 2:
-        parser.error(f"--paired takes two runs A,B, got {args.paired!r}")
+    if args.interleave_control and not args.interleave:
+        parser.error("--interleave-control goes with --interleave")
+    names = ["act_overlap"] if args.interleave else args.runs.split(",")
     if args.device == "cpu":
         torch.set_num_threads(1)  # one core for the model, the other to the OS and writer threads
     with tempfile.TemporaryDirectory() as tmp:
@@ -186,30 +217,24 @@ def main() -> None:
                     },
                 )
             )
-        if args.paired:
-            with contextlib.ExitStack() as stack:
-                trainers = {}
-                for i, (name, flat) in enumerate(configs):  # A,A allowed: an A/A control
-                    run_dir = Path(tmp) / f"run-{i}-{name}"
-                    run_dir.mkdir()
-                    trainer = stack.enter_context(build_trainer(build_config(flat), run_dir))
-                    trainers[run_dir.name] = trainer
-                    for _ in range(args.warmup):
-                        trainer.train_step()
-                ratios = paired(trainers, args.steps, args.rounds)
-            print(
-                json.dumps(
-                    {
-                        "name": f"step_overhead_{args.shape}_{args.model}_{names[1]}_over_{names[0]}",
-                        "median_ratio": round(statistics.median(ratios), 4),
-                        "range": [round(min(ratios), 4), round(max(ratios), 4)],
+        if args.interleave:
+            run_dir = Path(tmp) / "run-act_overlap"
+            run_dir.mkdir()
+            with build_trainer(build_config(configs[0][1]), run_dir) as trainer:
+                for _ in range(args.warmup):
+                    trainer.train_step()
+                tests = (["control"] if args.interleave_control else []) + ["on_over_off"]
+                for test in tests:
+                    ratios = interleave(trainer, args.steps, args.rounds, test == "control")
+                    result = {
+                        "name": f"step_overhead_{args.shape}_{args.model}_interleaved_{test}",
+                        **summary(ratios),
                         "ratios": [round(r, 4) for r in ratios],
-                        "unit": f"mean step time of {names[1]} / {names[0]}, per round of alternating blocks",
+                        "unit": "mean step time, orchestrator on / off (control: off / off), "
+                        "per round of two blocks on one act_overlap trainer",
                         "hardware": f"{platform.processor() or 'cpu'}; torch {torch.__version__}",
                     }
-                ),
-                flush=True,
-            )
+                    print(json.dumps(result), flush=True)
             return
         for name, flat in configs:
             run_dir = Path(tmp) / f"run-{name}"
