@@ -279,11 +279,17 @@ def main(argv: list[str] | None = None) -> dict:
                         "arithmetic the SFT model starts with (GRPO needs it between ~20%% and "
                         "60%% held-out exact match)")  # fmt: skip
     parser.add_argument("--dpo-lr", type=float, default=DPO_LR)
+    parser.add_argument("--grpo-steps", type=int, help="instead of the scale's")
+    parser.add_argument("--grpo-lr", type=float, default=GRPO_LR)
+    parser.add_argument("--no-dpo", action="store_true",
+                        help="pretrain, SFT, GRPO and its control only (a GRPO sweep)")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     scale = SCALES[args.scale]
     if args.pretrain_steps is not None:
         scale = replace(scale, pretrain_steps=args.pretrain_steps)
+    if args.grpo_steps is not None:
+        scale = replace(scale, grpo_steps=args.grpo_steps)
     work = args.work
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -339,25 +345,27 @@ def main(argv: list[str] | None = None) -> dict:
         "grpo.group_size": scale.group, "grpo.max_completion_tokens": ANSWER_TOKENS,
         "grpo.rewards": '["exact_match","answer_format"]', "grpo.reward_weights": "[1.0,0.2]",
         "grpo.loss_type": "dr_grpo", "grpo.scale": "none",
-        "optim.lr": GRPO_LR, "optim.min_lr": GRPO_LR, "optim.warmup_steps": 0,
+        "optim.lr": args.grpo_lr, "optim.min_lr": args.grpo_lr, "optim.warmup_steps": 0,
         "optim.weight_decay": 0.0,
     })  # fmt: skip
     # the control: SFT continued from the SFT model for as many steps as GRPO took, at GRPO's lr
     run(["sft", "--run-dir", str(work / "sft_more")], {
         **post, "model.init_from": sft_dir, "data.source": sft_file,
         "train.steps": scale.grpo_steps, "train.batch_size": scale.batch // 4,
-        "optim.lr": GRPO_LR, "optim.min_lr": GRPO_LR, "optim.warmup_steps": 0,
+        "optim.lr": args.grpo_lr, "optim.min_lr": args.grpo_lr, "optim.warmup_steps": 0,
     })  # fmt: skip
-    run(["dpo", "--run-dir", str(work / "dpo")], {
-        **post, "model.init_from": sft_dir, "data.source": dpo_file, "dpo.beta": 0.1,
-        "train.steps": scale.dpo_steps, "train.batch_size": scale.batch // 4,
-        "optim.lr": args.dpo_lr, "optim.min_lr": args.dpo_lr, "optim.warmup_steps": 0,
-    })  # fmt: skip
+    if not args.no_dpo:
+        run(["dpo", "--run-dir", str(work / "dpo")], {
+            **post, "model.init_from": sft_dir, "data.source": dpo_file, "dpo.beta": 0.1,
+            "train.steps": scale.dpo_steps, "train.batch_size": scale.batch // 4,
+            "optim.lr": args.dpo_lr, "optim.min_lr": args.dpo_lr, "optim.warmup_steps": 0,
+        })  # fmt: skip
     train_s = time.perf_counter() - t0
     report = {
         "scale": args.scale,
         "device": args.device,
         "dpo_lr": args.dpo_lr,
+        "grpo_lr": args.grpo_lr,
         "settings": asdict(scale),
         "heldout_problems": len(heldout),
         "exact_match": {
@@ -367,7 +375,7 @@ def main(argv: list[str] | None = None) -> dict:
                 ("sft", sft_dir),
                 ("sft_continued", work / "sft_more" / "model"),
                 ("grpo", work / "grpo" / "model"),
-                ("dpo", work / "dpo" / "model"),
+                *([] if args.no_dpo else [("dpo", work / "dpo" / "model")]),
             )
         },
         # the same scoring on training problems (pairs seen in training) and pass@group
@@ -377,20 +385,23 @@ def main(argv: list[str] | None = None) -> dict:
         "sft_pass_at_group": exact_match_rate(
             sft_dir, heldout, args.device, ANSWER_TOKENS, samples=scale.group
         ),
-        "sft_packing": measure_packing(
-            sft_dir, sft_file, PACK_ROWS * scale.seq_len, args.device, 8
-        ),
         "train_seconds": train_s,
     }
-    accuracy, ties = preference_accuracy(work / "dpo" / "model", sft_dir, dpo_heldout, args.device)
-    report["dpo_heldout_preference_accuracy"] = accuracy
-    report["dpo_heldout_preference_ties"] = ties
     em = report["exact_match"]
     report["goals"] = {
         "grpo_gain_points": 100 * (em["grpo"] - em["sft"]),
         "grpo_gain_ge_15": em["grpo"] - em["sft"] >= 0.15,
-        "dpo_pref_acc_ge_90": report["dpo_heldout_preference_accuracy"] >= 0.9,
     }
+    if not args.no_dpo:
+        report["sft_packing"] = measure_packing(
+            sft_dir, sft_file, PACK_ROWS * scale.seq_len, args.device, 8
+        )
+        accuracy, ties = preference_accuracy(
+            work / "dpo" / "model", sft_dir, dpo_heldout, args.device
+        )
+        report["dpo_heldout_preference_accuracy"] = accuracy
+        report["dpo_heldout_preference_ties"] = ties
+        report["goals"]["dpo_pref_acc_ge_90"] = accuracy >= 0.9
     (work / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))
     return report
