@@ -280,6 +280,8 @@ def main(argv: list[str] | None = None) -> dict:
                         "arithmetic the SFT model starts with (GRPO needs it between ~20%% and "
                         "60%% held-out exact match)")  # fmt: skip
     parser.add_argument("--dpo-lr", type=float, default=DPO_LR)
+    parser.add_argument("--sft-steps", type=int, help="instead of the scale's: a shorter SFT "
+                        "leaves a model that has half learned the chat turn for GRPO to improve")  # fmt: skip
     parser.add_argument("--grpo-steps", type=int, help="instead of the scale's")
     parser.add_argument("--grpo-lr", type=float, default=GRPO_LR)
     parser.add_argument("--no-dpo", action="store_true",
@@ -289,6 +291,8 @@ def main(argv: list[str] | None = None) -> dict:
     scale = SCALES[args.scale]
     if args.pretrain_steps is not None:
         scale = replace(scale, pretrain_steps=args.pretrain_steps)
+    if args.sft_steps is not None:
+        scale = replace(scale, sft_steps=args.sft_steps)
     if args.grpo_steps is not None:
         scale = replace(scale, grpo_steps=args.grpo_steps)
     work = args.work
