@@ -29,6 +29,8 @@ blocks of every round) measures that noise in the same call. It prints the media
 mean with its standard error and the range over rounds of (on block time / off block time).
 (Two trainers built side by side and timed alternately, the method before this one, read 1.036
 on an A/A control: the second copy of the model ran slower, so the bias was as large as the goal.)
+`--profile STEPS` then profiles one block each way (profile_blocks): the device's busy time per
+step against the wall time, and the host operators that take the time.
 
 Shapes: `small` (default) is shakespeare.py's model scaled down so the host's work is a visible
 share of a CPU step; `shakespeare` is its full model (batch 64 x 256 bytes); `124m` is the
@@ -152,6 +154,44 @@ def interleave(trainer: Trainer, steps: int, rounds: int, control: bool) -> list
     return ratios
 
 
+def profile_blocks(trainer: Trainer, steps: int, top: int) -> list[dict]:
+    """One block of `steps` steps with the orchestrator on and one with it off, each under
+    torch.profiler: per block the wall time per step, the device's busy time per step (the sum of
+    its kernels' times: below the wall time, the device waited for the host) and the `top`
+    operators by host (self CPU) time, so that an on/off gap shows as host or device work."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU]
+    if trainer.backend.device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    built, out = trainer.orchestrator, []
+    for kind, orchestrator in (("on", built), ("off", Orchestrator.disabled())):
+        trainer.orchestrator = orchestrator
+        with profile(activities=activities) as prof:
+            t = time.perf_counter()
+            for _ in range(steps):
+                trainer.train_step()
+            trainer.flush()
+            if trainer.backend.device.type == "cuda":
+                torch.cuda.synchronize()
+            wall = time.perf_counter() - t
+        events = prof.key_averages()
+        device_us = sum(e.self_device_time_total for e in events)
+        ops = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:top]
+        out.append(
+            {
+                "block": kind,
+                "wall_ms_per_step": round(1e3 * wall / steps, 3),
+                "device_busy_ms_per_step": round(device_us / 1e3 / steps, 3),
+                "top_host_ops_ms_per_step": {
+                    e.key: round(e.self_cpu_time_total / 1e3 / steps, 3) for e in ops
+                },
+            }
+        )
+    trainer.orchestrator = built
+    return out
+
+
 def summary(ratios: list[float]) -> dict:
     logs = [math.log(r) for r in ratios]
     se = statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else float("nan")
@@ -185,9 +225,16 @@ def main() -> None:
         action="store_true",
         help="with --interleave: first the same rounds with it off in both blocks",
     )
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="STEPS",
+        help="with --interleave: then one profiled block of STEPS steps each way (profile_blocks)",
+    )
     args = parser.parse_args()
-    if args.interleave_control and not args.interleave:
-        parser.error("--interleave-control goes with --interleave")
+    if (args.interleave_control or args.profile) and not args.interleave:
+        parser.error("--interleave-control and --profile go with --interleave")
     names = ["act_overlap"] if args.interleave else args.runs.split(",")
     if args.device == "cpu":
         torch.set_num_threads(1)  # one core for the model, the other to the OS and writer threads
@@ -235,6 +282,10 @@ def main() -> None:
                         "hardware": f"{platform.processor() or 'cpu'}; torch {torch.__version__}",
                     }
                     print(json.dumps(result), flush=True)
+                if args.profile:
+                    for block in profile_blocks(trainer, args.profile, top=15):
+                        print(json.dumps({"name": f"step_overhead_{args.shape}_{args.model}_"
+                                          f"profile_{block['block']}", **block}), flush=True)  # fmt: skip
             return
         for name, flat in configs:
             run_dir = Path(tmp) / f"run-{name}"
