@@ -284,10 +284,15 @@ def main(argv: list[str] | None = None) -> dict:
                         "leaves a model that has half learned the chat turn for GRPO to improve")  # fmt: skip
     parser.add_argument("--grpo-steps", type=int, help="instead of the scale's")
     parser.add_argument("--grpo-lr", type=float, default=GRPO_LR)
+    parser.add_argument("--grpo-set", nargs="+", default=[], metavar="KEY=VALUE",
+                        help="more ats-train settings of the GRPO run, e.g. orchestrator.mode=off "
+                        "grpo.scale=group")  # fmt: skip
     parser.add_argument("--no-dpo", action="store_true",
                         help="pretrain, SFT, GRPO and its control only (a GRPO sweep)")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    if bad := [kv for kv in args.grpo_set if "=" not in kv]:
+        parser.error(f"--grpo-set takes KEY=VALUE, got {bad}")
     scale = SCALES[args.scale]
     if args.pretrain_steps is not None:
         scale = replace(scale, pretrain_steps=args.pretrain_steps)
@@ -351,7 +356,7 @@ def main(argv: list[str] | None = None) -> dict:
         "grpo.rewards": '["exact_match","answer_format"]', "grpo.reward_weights": "[1.0,0.2]",
         "grpo.loss_type": "dr_grpo", "grpo.scale": "none",
         "optim.lr": args.grpo_lr, "optim.min_lr": args.grpo_lr, "optim.warmup_steps": 0,
-        "optim.weight_decay": 0.0,
+        "optim.weight_decay": 0.0, **dict(kv.split("=", 1) for kv in args.grpo_set),
     })  # fmt: skip
     # the control: SFT continued from the SFT model for as many steps as GRPO took, at GRPO's lr
     run(["sft", "--run-dir", str(work / "sft_more")], {
@@ -371,6 +376,7 @@ def main(argv: list[str] | None = None) -> dict:
         "device": args.device,
         "dpo_lr": args.dpo_lr,
         "grpo_lr": args.grpo_lr,
+        "grpo_set": args.grpo_set,
         "settings": asdict(scale),
         "heldout_problems": len(heldout),
         "exact_match": {

@@ -128,6 +128,19 @@ def measure(trainer: Trainer, steps: int, rounds: int) -> tuple[float, float]:
     return statistics.median(ours), statistics.median(bare)
 
 
+def timed_block(trainer: Trainer, orchestrator: Orchestrator, steps: int) -> float:
+    """Seconds for `steps` steps with `orchestrator` in the trainer, ending with the block's steps
+    recorded by it (train.overlap_host leaves the last one waiting) and the device idle."""
+    trainer.orchestrator = orchestrator
+    t = time.perf_counter()
+    for _ in range(steps):
+        trainer.train_step()
+    trainer.flush()
+    if trainer.backend.device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - t
+
+
 def interleave(trainer: Trainer, steps: int, rounds: int, control: bool) -> list[float]:
     """Per round, (orchestrator on block) / (orchestrator off block), mean step times, one block
     of each, their order flipped every round so that what a block leaves the next one (a warmer
@@ -135,20 +148,13 @@ def interleave(trainer: Trainer, steps: int, rounds: int, control: bool) -> list
     both blocks (the method's own bias and spread)."""
     block = max(1, steps // rounds)
     built = trainer.orchestrator
-    on = Orchestrator.disabled() if control else built
-    off = Orchestrator.disabled()
+    orchestrators = {"on": Orchestrator.disabled() if control else built,
+                     "off": Orchestrator.disabled()}  # fmt: skip
     ratios = []
     for r in range(rounds):
         times = {}
         for kind in ("on", "off") if r % 2 == 0 else ("off", "on"):
-            trainer.orchestrator = on if kind == "on" else off
-            t = time.perf_counter()
-            for _ in range(block):
-                trainer.train_step()
-            trainer.flush()  # the block's steps recorded by its own orchestrator
-            if trainer.backend.device.type == "cuda":
-                torch.cuda.synchronize()
-            times[kind] = (time.perf_counter() - t) / block
+            times[kind] = timed_block(trainer, orchestrators[kind], block)
         ratios.append(times["on"] / times["off"])
     trainer.orchestrator = built
     return ratios
@@ -166,15 +172,8 @@ def profile_blocks(trainer: Trainer, steps: int, top: int) -> list[dict]:
         activities.append(ProfilerActivity.CUDA)
     built, out = trainer.orchestrator, []
     for kind, orchestrator in (("on", built), ("off", Orchestrator.disabled())):
-        trainer.orchestrator = orchestrator
         with profile(activities=activities) as prof:
-            t = time.perf_counter()
-            for _ in range(steps):
-                trainer.train_step()
-            trainer.flush()
-            if trainer.backend.device.type == "cuda":
-                torch.cuda.synchronize()
-            wall = time.perf_counter() - t
+            wall = timed_block(trainer, orchestrator, steps)
         events = prof.key_averages()
         device_us = sum(e.self_device_time_total for e in events)
         ops = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:top]
