@@ -123,3 +123,9 @@ def run(prepared, tmp_path) -> Callable[..., Run]:
 def run_in(prepared) -> Callable[..., Run]:
     """run_in(run_dir, **overrides): train (or resume) in an existing run dir."""
     return lambda run_dir, **extra: train_run(prepared, run_dir, extra)
+
+
+@pytest.fixture
+def tiny_config(prepared) -> Callable[..., object]:
+    """tiny_config(**overrides): the runs' config, for a trainer a test steps itself."""
+    return lambda **extra: load_config(None, tiny_overrides(prepared, extra))

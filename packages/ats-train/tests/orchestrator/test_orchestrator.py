@@ -6,6 +6,7 @@ import shutil
 import pytest
 import torch
 from ats_train.batch_geometry import BatchGeometry
+from ats_train.build import build_trainer
 from ats_train.checkpoint import LATEST, checkpoints_dir
 from ats_train.config import load_config
 from ats_train.orchestrator import changes
@@ -206,3 +207,24 @@ def test_run_changes_replace_the_config_and_leave_the_old_one_whole(clean_run) -
             handle.apply({"optim.grad_clip": 1.0})
     finally:
         trainer.config = before
+
+
+def test_param_norm_and_update_ratio_match_the_weights(tiny_config, tmp_path) -> None:
+    """A judged step's param_norm (the weight matrices after the update) and update_ratio
+    (||update|| / ||weights before it||, every parameter) against the weights read by hand."""
+    torch.set_num_threads(1)
+    with build_trainer(tiny_config(), tmp_path) as trainer:
+        every = trainer.orchestrator.config.every
+        for _ in range(2 * every - 1):  # the next step is judged, the one before was too
+            record = trainer.train_step()
+        assert record["update_ratio"] is None and record["param_norm"] > 0
+        params = list(trainer.raw_model.parameters())
+        before = [p.detach().double().clone() for p in params]
+        record = trainer.train_step()
+        after = [p.detach().double() for p in params]
+    delta_sq = sum(float(((a - b) ** 2).sum()) for a, b in zip(after, before, strict=True))
+    before_sq = sum(float((b**2).sum()) for b in before)
+    matrices_sq = sum(float((a**2).sum()) for a in after if a.ndim >= 2)
+    assert delta_sq > 0
+    assert record["update_ratio"] == pytest.approx((delta_sq / before_sq) ** 0.5, rel=1e-5)
+    assert record["param_norm"] == pytest.approx(matrices_sq**0.5, rel=1e-5)
