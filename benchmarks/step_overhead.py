@@ -33,8 +33,11 @@ on an A/A control: the second copy of the model ran slower, so the bias was as l
 step against the wall time, and the host operators that take the time.
 
 Shapes: `small` (default) is shakespeare.py's model scaled down so the host's work is a visible
-share of a CPU step; `shakespeare` is its full model (batch 64 x 256 bytes); `124m` is the
-124m-dense preset (batch 16 x 1024 tokens of a 2048-token vocab stand-in: the byte-level data).
+share of a CPU step; `shakespeare` is its full model (batch 64 x 256 bytes); `124m` is mfu.py's
+124m-dense run (batch 32 x 1024 tokens, `train.residual_stream = autocast`; byte-level data). On
+a GPU both run as their benchmarks do, forward and backward replayed from CUDA graphs
+(train.cuda_graphs), the goal's setting; `--eager` launches every kernel from Python instead,
+where the step is host-bound and any host work of the orchestrator adds to it.
 """
 
 import argparse
@@ -85,8 +88,9 @@ SHAPES = {
     "124m": {
         "model.preset": "124m-dense",
         "model.max_seq_len": 1024,
-        "train.batch_size": 16,
+        "train.batch_size": 32,
         "train.seq_len": 1024,
+        "train.residual_stream": "autocast",
     },
 }
 
@@ -231,6 +235,11 @@ def main() -> None:
         metavar="STEPS",
         help="with --interleave: then one profiled block of STEPS steps each way (profile_blocks)",
     )
+    parser.add_argument(
+        "--eager",
+        action="store_true",
+        help="on a GPU: without train.cuda_graphs (the benchmarks' setting), a host-bound step",
+    )
     args = parser.parse_args()
     if (args.interleave_control or args.profile) and not args.interleave:
         parser.error("--interleave-control and --profile go with --interleave")
@@ -250,6 +259,7 @@ def main() -> None:
                         "train.steps": 100_000,  # the schedule's length, not how many run
                         "train.precision": "fp32" if args.device == "cpu" else "bf16",
                         "train.device": args.device,
+                        "train.cuda_graphs": args.device == "cuda" and not args.eager,
                         "train.log_every": 25,
                         "checkpoint.every": 0,
                         **({"kernels": "reference"} if args.device == "cpu" else {}),
