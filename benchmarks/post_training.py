@@ -20,6 +20,7 @@ import random
 import shutil
 import sys
 import time
+import tomllib
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -90,8 +91,11 @@ SMOKE = Scale(2, {"dim": 64, "n_layer": 2, "n_head": 4, "n_kv_head": 2, "ffn_dim
               400, 40, 1000, 60, 30, 6, 10, 16, 4, 4)  # fmt: skip
 CPU = Scale(2, {"dim": 128, "n_layer": 4, "n_head": 4, "n_kv_head": 2, "ffn_dim": 384}, 128,
             4000, 200, 10000, 800, 200, 40, 60, 32, 16, 8)  # fmt: skip
+# FULL's SFT is 40 steps: 300 took the model to 1.0 held-out exact match, leaving GRPO nothing to
+# add; after 40 it is at ~0.54 with pass@8 ~0.66 (some of each group's 8 samples right: the reward
+# GRPO learns from), after 10-20 at 0 with pass@8 0.004 (no reward to learn from)
 FULL = Scale(3, {"dim": 384, "n_layer": 6, "n_head": 6, "n_kv_head": 2, "ffn_dim": 1024}, 128,
-             20000, 500, 150000, 4000, 300, 200, 200, 128, 32, 8)  # fmt: skip
+             20000, 500, 150000, 4000, 40, 200, 200, 128, 32, 8)  # fmt: skip
 
 
 SCALES = {"smoke": SMOKE, "cpu": CPU, "full": FULL}
@@ -269,6 +273,17 @@ def _chunks(items: list, size: int) -> list[list]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
+def pretrain(work: Path, corpus: Path, common: dict, model: dict, scale: Scale) -> None:
+    run(["--run-dir", str(work / "pretrain")], {
+        **common, **model, "model.preset": "tiny-dense", "model.max_seq_len": PACK_ROWS * scale.seq_len,
+        "data.source": corpus, "data.tokenizer": work / "tokenizer.json", "data.max_bytes": "none",
+        "data.mode": "random", "data.val_fraction": 0.05, "data.cache_dir": work / "cache",
+        "train.eval_batches": 1, "train.steps": scale.pretrain_steps, "train.batch_size": scale.batch,
+        "optim.lr": PRETRAIN_LR, "optim.min_lr": PRETRAIN_MIN_LR,
+        "optim.warmup_steps": scale.pretrain_steps // 10,
+    })  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, required=True, help="run dirs and data (recreated)")
@@ -280,8 +295,8 @@ def main(argv: list[str] | None = None) -> dict:
                         "arithmetic the SFT model starts with (GRPO needs it between ~20%% and "
                         "60%% held-out exact match)")  # fmt: skip
     parser.add_argument("--dpo-lr", type=float, default=DPO_LR)
-    parser.add_argument("--sft-steps", type=int, help="instead of the scale's: a shorter SFT "
-                        "leaves a model that has half learned the chat turn for GRPO to improve")  # fmt: skip
+    parser.add_argument("--sft-steps", type=int, help="instead of the scale's (full: 40, where "
+                        "the SFT model is about half right: GRPO's room to improve)")  # fmt: skip
     parser.add_argument("--grpo-steps", type=int, help="instead of the scale's")
     parser.add_argument("--grpo-lr", type=float, default=GRPO_LR)
     parser.add_argument("--grpo-set", nargs="+", default=[], metavar="KEY=VALUE",
@@ -290,7 +305,15 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--no-dpo", action="store_true",
                         help="pretrain, SFT, GRPO and its control only (a GRPO sweep)")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--pretrained", type=Path, metavar="WORK",
+                        help="start from the pretrained model of an earlier run's --work (same "
+                        "--seed, scale and pretraining steps) instead of pretraining again")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.pretrained is not None:
+        if args.pretrained.resolve() == args.work.resolve():
+            parser.error("--pretrained must name another run's --work (this one is recreated)")
+        if not (args.pretrained / "pretrain" / "model").is_dir():
+            parser.error(f"--pretrained {args.pretrained}: no pretrain/model in it")
     if bad := [kv for kv in args.grpo_set if "=" not in kv]:
         parser.error(f"--grpo-set takes KEY=VALUE, got {bad}")
     scale = SCALES[args.scale]
@@ -309,10 +332,21 @@ def main(argv: list[str] | None = None) -> dict:
     documents = [f"{q}\n{a}" for q, a, _ in train] + equations(scale, args.seed)
     random.Random(args.seed + 2).shuffle(documents)
     corpus.write_text("\n\n".join(documents) + "\n")  # one document per paragraph
-    tok = Tokenizer.train(
-        iter([corpus.read_text()]), 512, special_tokens=CHAT_SPECIAL_TOKENS, pattern=DIGIT_PATTERN
-    )
-    tok.save(work / "tokenizer.json")
+    if args.pretrained is None:
+        tok = Tokenizer.train(
+            iter([corpus.read_text()]), 512, special_tokens=CHAT_SPECIAL_TOKENS,
+            pattern=DIGIT_PATTERN,
+        )  # fmt: skip
+        tok.save(work / "tokenizer.json")
+    else:  # the same problems, tokenizer and pretrained weights as that run's
+        if (args.pretrained / "pretrain.txt").read_bytes() != corpus.read_bytes():
+            parser.error(f"--pretrained {args.pretrained}: its pretraining corpus differs from "
+                         "this run's (another --seed or --scale)")  # fmt: skip
+        steps = tomllib.loads((args.pretrained / "pretrain" / "config.toml").read_text())
+        if steps["train"]["steps"] != scale.pretrain_steps:
+            parser.error(f"--pretrained {args.pretrained}: pretrained {steps['train']['steps']} "
+                         f"steps, this run's scale {scale.pretrain_steps} (--pretrain-steps)")  # fmt: skip
+        shutil.copy(args.pretrained / "tokenizer.json", work / "tokenizer.json")
     chat = [
         [{"role": "user", "content": q}, {"role": "assistant", "content": a}] for q, a, _ in train
     ]
@@ -334,14 +368,10 @@ def main(argv: list[str] | None = None) -> dict:
     }  # fmt: skip
     model = {f"model.{k}": v for k, v in scale.model.items()}
     t0 = time.perf_counter()
-    run(["--run-dir", str(work / "pretrain")], {
-        **common, **model, "model.preset": "tiny-dense", "model.max_seq_len": PACK_ROWS * scale.seq_len,
-        "data.source": corpus, "data.tokenizer": work / "tokenizer.json", "data.max_bytes": "none",
-        "data.mode": "random", "data.val_fraction": 0.05, "data.cache_dir": work / "cache",
-        "train.eval_batches": 1, "train.steps": scale.pretrain_steps, "train.batch_size": scale.batch,
-        "optim.lr": PRETRAIN_LR, "optim.min_lr": PRETRAIN_MIN_LR,
-        "optim.warmup_steps": scale.pretrain_steps // 10,
-    })  # fmt: skip
+    if args.pretrained is not None:
+        shutil.copytree(args.pretrained / "pretrain" / "model", work / "pretrain" / "model")
+    else:
+        pretrain(work, corpus, common, model, scale)
     post = {**common, "data.val_fraction": 0.02}
     run(["sft", "--run-dir", str(work / "sft")], {
         **post, "model.init_from": work / "pretrain" / "model", "data.source": sft_file,
