@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import shutil
+import statistics
 import sys
 import time
 import tomllib
@@ -27,6 +29,7 @@ from pathlib import Path
 import torch
 from ats_data.records import Record
 from ats_model import generate
+from ats_model.adapters.files import ADAPTER_TENSORS
 from ats_model.serialization.model_dir import load_pretrained
 from ats_tokenizer import Tokenizer
 from ats_tokenizer.chat import CHAT_SPECIAL_TOKENS, IM_END, apply_chat_template
@@ -38,6 +41,7 @@ from ats_train.objectives.examples import dpo_pair, sft_sequence
 from ats_train.objectives.logprobs import forward_logprobs
 from ats_train.objectives.rewards import exact_match
 from ats_train.objectives.sft import SFTObjective
+from safetensors import safe_open
 
 # the packing measurement packs rows of PACK_ROWS * seq_len tokens (about as many examples each):
 # at seq_len one example of ~50 tokens nearly fills a row and packing has nothing to pack
@@ -46,6 +50,9 @@ HELDOUT_SHARE = 0.1  # of all (a, b) pairs
 # generation budget of an answer: "999+999=8991 reversed. answer: 1998" is 19 digit-split
 # tokens, + <|im_end|>
 ANSWER_TOKENS = 32
+# the LoRA branch's adapter: benchmarks/lora.py's, on every projection
+LORA = {"train.trainable": "lora", "lora.rank": 8, "lora.alpha": 16,
+        "lora.targets": '["wq","wk","wv","wo","w1","w3","w2"]'}  # fmt: skip
 # Pretraining and SFT peak lrs (decaying to a tenth). At 3e-3 (and SFT at 1e-3) the units digit of
 # every answer, the first one written, stayed at chance (1 in 10) and SFT held-out exact match
 # near 1/9: benchmarks/units_digit_probe.py shows the same model (and HF's LlamaForCausalLM of its
@@ -269,6 +276,24 @@ def measure_packing(model_dir: Path, sft_file: Path, seq_len: int, device: str, 
     return out
 
 
+def sft_run_summary(run_dir: Path) -> dict:
+    """What an SFT run trained and at what speed: trainable parameters (the adapter's under LoRA,
+    else the whole model's), the bytes their fp32 gradients and AdamW moments take (4 + 8 per
+    parameter), the median tokens/s over its logged steps and its last train loss."""
+    adapter = run_dir / "adapter" / ADAPTER_TENSORS
+    weights = adapter if adapter.is_file() else run_dir / "model" / "model.safetensors"
+    with safe_open(str(weights), framework="pt") as f:
+        trainable = sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
+    train = [r for r in records if r.get("kind") == "train"]
+    return {
+        "trainable_params": trainable,
+        "grad_and_adamw_mb": round(trainable * 12 / 2**20, 2),
+        "tokens_per_s_median": statistics.median(r["tokens_per_s"] for r in train),
+        "final_train_loss": train[-1]["loss"],
+    }
+
+
 def _chunks(items: list, size: int) -> list[list]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
@@ -324,28 +349,29 @@ def main(argv: list[str] | None = None) -> dict:
     if args.grpo_steps is not None:
         scale = replace(scale, grpo_steps=args.grpo_steps)
     work = args.work
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
     train, heldout = make_problems(scale, args.seed)
     rng = random.Random(args.seed + 1)
-    corpus = work / "pretrain.txt"
     documents = [f"{q}\n{a}" for q, a, _ in train] + equations(scale, args.seed)
     random.Random(args.seed + 2).shuffle(documents)
-    corpus.write_text("\n\n".join(documents) + "\n")  # one document per paragraph
-    if args.pretrained is None:
-        tok = Tokenizer.train(
-            iter([corpus.read_text()]), 512, special_tokens=CHAT_SPECIAL_TOKENS,
-            pattern=DIGIT_PATTERN,
-        )  # fmt: skip
-        tok.save(work / "tokenizer.json")
-    else:  # the same problems, tokenizer and pretrained weights as that run's
-        if (args.pretrained / "pretrain.txt").read_bytes() != corpus.read_bytes():
+    text = "\n\n".join(documents) + "\n"  # one document per paragraph
+    if args.pretrained is not None:  # checked before anything of --work is removed
+        if (args.pretrained / "pretrain.txt").read_text() != text:
             parser.error(f"--pretrained {args.pretrained}: its pretraining corpus differs from "
                          "this run's (another --seed or --scale)")  # fmt: skip
         steps = tomllib.loads((args.pretrained / "pretrain" / "config.toml").read_text())
         if steps["train"]["steps"] != scale.pretrain_steps:
             parser.error(f"--pretrained {args.pretrained}: pretrained {steps['train']['steps']} "
                          f"steps, this run's scale {scale.pretrain_steps} (--pretrain-steps)")  # fmt: skip
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    corpus = work / "pretrain.txt"
+    corpus.write_text(text)
+    if args.pretrained is None:
+        tok = Tokenizer.train(
+            iter([text]), 512, special_tokens=CHAT_SPECIAL_TOKENS, pattern=DIGIT_PATTERN
+        )
+        tok.save(work / "tokenizer.json")
+    else:  # the same problems, tokenizer and pretrained weights as that run's
         shutil.copy(args.pretrained / "tokenizer.json", work / "tokenizer.json")
     chat = [
         [{"role": "user", "content": q}, {"role": "assistant", "content": a}] for q, a, _ in train
@@ -395,6 +421,13 @@ def main(argv: list[str] | None = None) -> dict:
         "optim.lr": args.grpo_lr, "optim.min_lr": args.grpo_lr, "optim.warmup_steps": 0,
     })  # fmt: skip
     if not args.no_dpo:
+        # LoRA against full fine-tuning: the same SFT from the same pretrained model
+        run(["sft", "--run-dir", str(work / "sft_lora")], {
+            **post, "model.init_from": work / "pretrain" / "model", "data.source": sft_file,
+            "train.steps": scale.sft_steps, "train.batch_size": scale.batch // 4,
+            "optim.lr": SFT_LR, "optim.min_lr": SFT_MIN_LR,
+            "optim.warmup_steps": scale.sft_steps // 10, **LORA,
+        })  # fmt: skip
         run(["dpo", "--run-dir", str(work / "dpo")], {
             **post, "model.init_from": sft_dir, "data.source": dpo_file, "dpo.beta": 0.1,
             "train.steps": scale.dpo_steps, "train.batch_size": scale.batch // 4,
@@ -434,6 +467,13 @@ def main(argv: list[str] | None = None) -> dict:
         "grpo_gain_ge_15": em["grpo"] - em["sft"] >= 0.15,
     }
     if not args.no_dpo:
+        report["sft_lora_vs_full"] = {
+            "full": sft_run_summary(work / "sft"),
+            "lora": sft_run_summary(work / "sft_lora"),
+            "lora_exact_match": exact_match_rate(
+                work / "sft_lora" / "model", heldout, args.device, ANSWER_TOKENS
+            ),
+        }
         report["sft_packing"] = measure_packing(
             sft_dir, sft_file, PACK_ROWS * scale.seq_len, args.device, 8
         )

@@ -122,5 +122,36 @@ def test_smoke_pipeline_reports_every_number(tmp_path: Path) -> None:
     packing = report["sft_packing"]
     assert packing["packed"]["rows"] < packing["padded"]["rows"]  # several examples per row
     assert all(packing[k]["real_tokens_per_s"] > 0 for k in ("packed", "padded"))
-    for stage in ("sft", "sft_more", "grpo", "dpo"):
+    for stage in ("sft", "sft_more", "grpo", "dpo", "sft_lora"):
         assert (work / stage / "model" / "model.safetensors").is_file()
+    lora, full = report["sft_lora_vs_full"]["lora"], report["sft_lora_vs_full"]["full"]
+    assert 0 < lora["trainable_params"] < full["trainable_params"]
+    assert lora["grad_and_adamw_mb"] < full["grad_and_adamw_mb"]
+    assert 0.0 <= report["sft_lora_vs_full"]["lora_exact_match"] <= 1.0
+
+
+@pytest.mark.parametrize(
+    ("pretrained", "message"),
+    [
+        ("work", "must name another run's --work"),
+        ("empty", "no pretrain/model in it"),
+        ("other_seed", "its pretraining corpus differs"),
+    ],
+)
+def test_pretrained_must_be_another_finished_run(tmp_path: Path, pretrained, message) -> None:
+    """--pretrained is refused before anything of --work is removed when it names this run's own
+    --work (recreated), a directory without a pretrained model or another seed's run."""
+    work, empty, other = tmp_path / "work", tmp_path / "empty", tmp_path / "other"
+    for d in (work, empty, other / "pretrain" / "model"):
+        d.mkdir(parents=True)
+    (work / "keep").write_text("x")
+    (other / "pretrain.txt").write_text("1+1=2\n")  # another run's corpus
+    source = {"work": work, "empty": empty, "other_seed": other}[pretrained]
+    script = ROOT / "benchmarks" / "post_training.py"
+    proc = subprocess.run(
+        [sys.executable, str(script), "--scale", "smoke", "--work", str(work),
+         "--pretrained", str(source)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 2 and message in proc.stderr
+    assert (work / "keep").read_text() == "x"  # nothing of --work removed
