@@ -8,7 +8,8 @@
  * up to RUN_ROWS consecutive rows of one sequence). A run of several rows (prefill) copies its
  * keys once into a transposed (hd, keys) buffer so the scores of 16 keys fill one vector
  * (vecmat: no horizontal sums, which with head_dim 64 cost more than the multiply-adds of a
- * per-key dot); a single row (decode) dots 4 keys at a time in place. */
+ * per-key dot); a single row (decode) dots 4 keys at a time in place and sums the values, read
+ * in place, by the same vecmat. */
 #include <math.h>
 #include <string.h>
 
@@ -55,8 +56,8 @@ struct HeadKV {
     int64_t n;
 };
 
-/* Softmax of sc[0..nk) (scores already scaled) and o = sum_i p_i v(pos[i]) for one query head. */
-static void softmax_values(const AttnCtx &c, const HeadKV &h, int64_t nk, float *sc, float *o) {
+/* Softmax of sc[0..nk) (scores already scaled), in place. */
+static void probabilities(int64_t nk, float *sc) {
     float mx = -INFINITY;
     for (int64_t i = 0; i < nk; i++) mx = std::max(mx, sc[i]);
     double sum = 0.0;
@@ -64,17 +65,29 @@ static void softmax_values(const AttnCtx &c, const HeadKV &h, int64_t nk, float 
         sc[i] = expf(sc[i] - mx);
         sum += sc[i];
     }
-    float inv = (float)(1.0 / sum);
-    memset(o, 0, (size_t)c.hd * sizeof(float));
-    for (int64_t i = 0; i < nk; i += 4) {
-        const int nv = (int)std::min<int64_t>(4, nk - i);
-        float a[4];
-        const float *vr[4];
-        for (int u = 0; u < nv; u++) {
-            a[u] = sc[i + u] * inv;
-            vr[u] = h.v + h.pos[i + u] * c.hd;
+    const float inv = (float)(1.0 / sum);
+    for (int64_t i = 0; i < nk; i++) sc[i] *= inv;
+}
+
+/* o[j] = sum_i p[j][i] v(pos[i]) for the R (<= 4) query heads of one kv head. Consecutive
+ * positions (every layer but a MoD one) take vecmat, as a prefill run does: each value vector
+ * loaded serves the R heads, and R x hd / 16 independent FMA chains run side by side, where one
+ * head at a time left each lane's chain waiting on the FMA latency; the sums are the same, in the
+ * same order (from 0, over i ascending). */
+static void values(const AttnCtx &c, const HeadKV &h, int64_t nk, float *const *p, int R,
+                   float *const *o) {
+    if (h.pos[nk - 1] - h.pos[0] == nk - 1) {
+        c.kern->vecmat((int)c.hd, (int)nk, p, R, h.v + h.pos[0] * c.hd, c.hd, o);
+        return;
+    }
+    for (int j = 0; j < R; j++) {
+        memset(o[j], 0, (size_t)c.hd * sizeof(float));
+        for (int64_t i = 0; i < nk; i += 4) {
+            const int nv = (int)std::min<int64_t>(4, nk - i);
+            const float *vr[4];
+            for (int u = 0; u < nv; u++) vr[u] = h.v + h.pos[i + u] * c.hd;
+            c.kern->axpy((int)c.hd, nv, p[j] + i, vr, o[j]);
         }
-        c.kern->axpy((int)c.hd, nv, a, vr, o);
     }
 }
 
@@ -101,10 +114,13 @@ static void attend_row(const AttnCtx &c, int64_t r, const HeadKV &h, int64_t nk)
                 }
             }
         }
+        float *pv[4], *ov[4];
         for (int j = 0; j < ng; j++) {
-            softmax_values(c, h, nk, scores.data() + j * nk,
-                           c.out + r * c.NH * c.hd + (h.kvh * c.group + g0 + j) * c.hd);
+            pv[j] = scores.data() + j * nk;
+            ov[j] = c.out + r * c.NH * c.hd + (h.kvh * c.group + g0 + j) * c.hd;
+            probabilities(nk, pv[j]);
         }
+        values(c, h, nk, pv, ng, ov);
     }
 }
 
