@@ -25,7 +25,10 @@ every prefill as a fraction of it (weight-matmul multiply-adds per token x token
 scores left out, a few % at 128 tokens). Rows "..._fraction-of-peak": ours = GMAC/s done,
 baseline = the peak, ratio = the fraction; "5x-torch-eager_vs_int8-peak": the rate a prefill 5x
 PyTorch eager would need against the int8 peak (ratio > 1: out of reach on this CPU).
-Run: uv run --no-sync python benchmarks/native.py [--models dense moe] [--reps 2]
+`--batch N` measures instead, per rep, N sequences decoding together in one `ats_native.Batch`
+against one (aggregate tokens/s, the two back to back): the engine's own ceiling on what a
+server's continuous batching gives over serving one client (benchmarks/serving.py).
+Run: uv run --no-sync python benchmarks/native.py [--models dense moe] [--reps 2] [--batch N]
 GPU (native runtime built with ATS_CUDA=ON): benchmarks/native.py --device cuda [native_cuda.py's
 options], see benchmarks/native_cuda.py.
 """
@@ -35,6 +38,7 @@ import hashlib
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -205,6 +209,31 @@ def bench_ats(model_dir: Path, prompt: list[int], n_decode: int, reps: int) -> t
         return timed_generation(lambda: next(tokens), lambda: next(tokens), n_decode)
 
     return best_rates(run, len(prompt), n_decode, reps)
+
+
+def bench_batched(
+    model_dir: Path, prompt: list[int], batch: int, n_decode: int, reps: int
+) -> list[float]:
+    """Per rep, the aggregate decode tokens/s of `batch` sequences decoding together in one
+    ats_native.Batch over that of one sequence, the two measured back to back (the machine's speed
+    drifts between reps), after a warm-up of each: what the engine itself gives a server's
+    continuous batching, before any HTTP. Prompts (rotations of `prompt`) prefilled first, not
+    timed; greedy."""
+    import ats_native
+
+    model = ats_native.Model(str(model_dir), threads=THREADS)
+
+    def rate(n_seq: int) -> float:
+        b = ats_native.Batch(model, n_slots=n_seq, max_len=len(prompt) + n_decode + 2)
+        for slot in range(n_seq):
+            b.start(slot, prompt[slot:] + prompt[:slot], n_decode + 1)
+        b.step(0)  # every prompt prefilled, first tokens sampled
+        start = time.perf_counter()
+        produced = sum(len(b.step(0)) for _ in range(n_decode))
+        return produced / (time.perf_counter() - start)
+
+    rate(batch), rate(1)
+    return [rate(batch) / rate(1) for _ in range(reps)]
 
 
 def bench_torch(
@@ -394,6 +423,16 @@ def run_model(
     hw = f"{hardware()}, ats kernels {ats_native.cpu_features()['kernels']}"
     paths = prepare(args.cache, name, fields)
     prompt = random_prompt(fields["vocab_size"], args.prompt_len, args.seed)
+    if args.batch:
+        for precision in args.precisions:
+            ratios = bench_batched(
+                paths[precision]["ats"], prompt, args.batch, args.decode, args.reps
+            )
+            row = {"name": f"native/{name}/decode/ats-{precision}_b{args.batch}-aggregate_vs_b1",
+                   "median_ratio": round(statistics.median(ratios), 3),
+                   "ratios": [round(r, 3) for r in ratios], "hardware": hw}  # fmt: skip
+            print(json.dumps(row), flush=True)
+        return
     ours = {}
     for precision in args.precisions:
         ours[precision] = bench_ats(paths[precision]["ats"], prompt, args.decode, args.reps)
@@ -454,6 +493,9 @@ def main() -> None:
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--decode", type=int, default=32, help="decode steps measured")
     parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=0, metavar="N",
+                        help="instead: N sequences decoding together vs one (ats only, paired "
+                        "per rep)")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "ats-bench")
     parser.add_argument("--no-torch", action="store_true", help="skip the PyTorch eager baseline")
@@ -464,7 +506,10 @@ def main() -> None:
     if args.llama_cpp_worker:
         llama_cpp_worker(args)
         return
-    python = None if args.no_llama_cpp else ensure_llama_venv(args.cache / "llama-venv")
+    # --batch measures ats alone
+    python = (
+        None if args.no_llama_cpp or args.batch else ensure_llama_venv(args.cache / "llama-venv")
+    )
     start = time.perf_counter()
     import ats_native
 
