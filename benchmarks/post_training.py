@@ -43,6 +43,9 @@ from ats_train.objectives.rewards import exact_match
 from ats_train.objectives.sft import SFTObjective
 from safetensors import safe_open
 
+sys.path.insert(0, str(Path(__file__).parent))  # benchmarks/lora.py's adapter settings
+import lora  # noqa: E402
+
 # the packing measurement packs rows of PACK_ROWS * seq_len tokens (about as many examples each):
 # at seq_len one example of ~50 tokens nearly fills a row and packing has nothing to pack
 PACK_ROWS = 4
@@ -51,8 +54,7 @@ HELDOUT_SHARE = 0.1  # of all (a, b) pairs
 # tokens, + <|im_end|>
 ANSWER_TOKENS = 32
 # the LoRA branch's adapter: benchmarks/lora.py's, on every projection
-LORA = {"train.trainable": "lora", "lora.rank": 8, "lora.alpha": 16,
-        "lora.targets": '["wq","wk","wv","wo","w1","w3","w2"]'}  # fmt: skip
+LORA = {"train.trainable": "lora", **dict(kv.split("=", 1) for kv in lora.LORA)}
 # Pretraining and SFT peak lrs (decaying to a tenth). At 3e-3 (and SFT at 1e-3) the units digit of
 # every answer, the first one written, stayed at chance (1 in 10) and SFT held-out exact match
 # near 1/9: benchmarks/units_digit_probe.py shows the same model (and HF's LlamaForCausalLM of its
