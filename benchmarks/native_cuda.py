@@ -8,7 +8,10 @@ sequences decoding together in one ats_native.Batch (prompts prefilled first, no
 batch 1 and, for int8 / int4, against the same batch on the warp matmul kernel instead of the
 tensor cores (ATS_CUDA_MMA=0); batch-1 decode with the decode steps' CUDA graphs against without
 (ATS_CUDA_GRAPHS=0), and with the graph's kernels launched with programmatic dependent launch
-against without (ATS_CUDA_PDL=0).
+against without (ATS_CUDA_PDL=0). --profile prints, for each model and weight type, the GPU
+time of every kernel of a batch-1 decode step (torch.profiler's CUDA activity, which records the
+kernels of ats_native's CUDA graphs too), the graph captured without PDL: under PDL a kernel
+starts while its predecessor runs and its recorded time would include that wait.
 
 Models (random-init weights, built on first use under --cache; the shapes of benchmarks/native.py):
     dense-254m   dim 1024, 16 layers, GQA 16/8 heads, SwiGLU 2816, vocab 32000
@@ -130,6 +133,44 @@ def ats_decode(model_dir: Path, prompt: list[int], n: int, reps: int, **settings
     return best
 
 
+def profile_decode(model_dir: Path, prompt: list[int], n: int) -> list[dict]:
+    """The GPU kernels of n batch-1 decode steps (after a warm-up generate): per kernel name,
+    calls and microseconds per step, largest first; the last row is the steps' wall time."""
+    import ats_native
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    set_env(pdl="0")
+    model = ats_native.Model(str(model_dir), device="cuda")
+    for _ in model.generate(prompt, n + 1):  # warm-up: captures the decode graph
+        pass
+    tokens = iter(model.generate(prompt, n + 1))
+    next(tokens)  # prefill, not profiled
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        start = time.perf_counter()
+        for _ in range(n):
+            next(tokens)
+        wall = time.perf_counter() - start
+    set_env()
+    kernels: dict[str, list[float]] = {}
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA and event.device_time > 0:
+            kernels.setdefault(event.name.split("(")[0][:60], []).append(event.device_time)
+    rows = [
+        dict(kernel=k, calls_per_step=round(len(v) / n, 2), us_per_step=round(sum(v) / n, 2))
+        for k, v in kernels.items()
+    ]
+    rows.sort(key=lambda r: -r["us_per_step"])
+    total = sum(r["us_per_step"] for r in rows)
+    return rows + [
+        dict(
+            kernel="(all kernels)",
+            us_per_step=round(total, 2),
+            wall_us_per_step=round(wall / n * 1e6, 2),
+        )
+    ]
+
+
 def ats_batched(model_dir: Path, prompt: list[int], batch: int, n: int, **settings: str) -> float:
     import ats_native
 
@@ -226,6 +267,9 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--cache", type=Path, default=Path("/tmp/ats-bench-cuda"))
     parser.add_argument(
+        "--profile", action="store_true", help="also print each decode step's kernel times"
+    )
+    parser.add_argument(
         "--baselines",
         nargs="*",
         choices=list(BASELINES),
@@ -256,6 +300,9 @@ def main() -> None:
             emit(f"{name}_{scheme}_decode-b1-cuda-graphs_vs_no-graphs", rate, no_graphs, hw)
             no_pdl = ats_decode(model_dir, prompt, args.decode, args.reps, pdl="0")
             emit(f"{name}_{scheme}_decode-b1-pdl_vs_no-pdl", rate, no_pdl, hw)
+            if args.profile:
+                for row in profile_decode(model_dir, prompt, args.decode):
+                    print(json.dumps({"name": f"{name}_{scheme}_decode-b1-profile", **row}))
             batched = ats_batched(model_dir, prompt, args.batch, args.decode)
             emit(f"{name}_{scheme}_decode-b{args.batch}-aggregate_vs_b1", batched, rate, hw)
             if bits is not None:
