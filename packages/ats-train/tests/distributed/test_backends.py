@@ -86,7 +86,7 @@ def test_two_ranks_reproduce_the_single_process_run(
         for key in aux:
             assert record[key] == pytest.approx(ref_records[step][key], rel=1e-5), (step, key)
         # the orchestrator's weight norms are the whole model's (fsdp2: summed over the shards)
-        for key in ("param_norm", "update_ratio"):  # update_ratio: every orchestrator.every steps
+        for key in ("param_norm", "update_ratio"):  # both every orchestrator.every steps
             want = ref_records[step].get(key)
             assert record.get(key) == (want if want is None else pytest.approx(want, rel=1e-5))
     assert any(r.get("update_ratio") is not None for r in ref_records.values())

@@ -20,7 +20,10 @@ def test_clean_run_triggers_no_intervention(clean_run) -> None:
     assert clean_run.trainer.orchestrator.history == []
     assert clean_run.trainer.orchestrator.lr_scale == 1.0
     records = clean_run.train_records
-    assert len(records) == 30 and all("param_norm" in r for r in records)
+    every = clean_run.trainer.orchestrator.config.every
+    assert len(records) == 30 and all("memory_gb" in r for r in records)
+    # the weights are measured on the steps the every-N kinds judge, and only there
+    assert [r["step"] for r in records if "param_norm" in r] == list(range(every, 31, every))
     assert clean_run.final_val_loss < records[0]["loss"] - 0.8  # it did learn
 
 
@@ -217,7 +220,7 @@ def test_param_norm_and_update_ratio_match_the_weights(tiny_config, tmp_path) ->
         every = trainer.orchestrator.config.every
         for _ in range(2 * every - 1):  # the next step is judged, the one before was too
             record = trainer.train_step()
-        assert record["update_ratio"] is None and record["param_norm"] > 0
+        assert "param_norm" not in record and "update_ratio" not in record  # not judged
         params = list(trainer.raw_model.parameters())
         before = [p.detach().double().clone() for p in params]
         record = trainer.train_step()

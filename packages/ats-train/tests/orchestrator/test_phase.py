@@ -58,7 +58,11 @@ def test_with_overlap_host_a_change_lands_one_step_later(run, only) -> None:
     assert lr_sync[s + 2] == lr_overlap[s + 2]  # from s + 2 on both run with the change
     # the orchestrator's measurements travel with each step: the same numbers, one step late
     for a, b in zip(sync.train_records[:s], overlap.train_records[:s], strict=True):
-        assert (a["param_norm"], a["update_ratio"]) == (b["param_norm"], b["update_ratio"])
+        assert (a.get("param_norm"), a.get("update_ratio")) == (
+            b.get("param_norm"),
+            b.get("update_ratio"),
+        )
+    assert any("param_norm" in r for r in overlap.train_records[:s])
 
 
 

@@ -8,8 +8,10 @@ Hooks the training loop calls with its RunHandle (handle.py), in step order:
     forward_backward(...)     the trainer's forward_backward with OOM recovery around it
     skip_update(out)          True = skip this update (loss-spike guard; not with overlap_host)
     before_update()           weights copied for the update ratio (every-N steps, on the device)
-    measure()                 after the update: weight norms as a device vector, read later
-    annotate(record, m)       adds param_norm, update_ratio, memory_gb, MoD predictor stats
+    measure()                 after the update: weight norms (every-N steps) and MoD predictor
+                              stats as a device vector, read later; None on other steps
+    annotate(record, m)       adds memory_gb, and param_norm, update_ratio (every-N steps), MoD
+                              predictor stats
     after_step(record)        NaN/inf rollback guard; every-N evaluation of the other kinds
     observe_val(step, loss)   val losses for the divergence signal
 With train.overlap_host a step's record reaches annotate / after_step while the device runs the
@@ -52,13 +54,6 @@ def _local(param: torch.Tensor) -> torch.Tensor:
     return param.detach().to_local() if isinstance(param, DTensor) else param.detach()
 
 
-def _squares(local: list[torch.Tensor]) -> torch.Tensor:
-    """The sum of squares of this rank's parts (_local) of the tensors, a float64 device scalar:
-    one fused launch, no host wait. For FSDP2's disjoint shards annotate() sums it over ranks in
-    one all-reduce, instead of a DTensor dispatch and a collective per parameter."""
-    return torch.stack(torch._foreach_norm(local, dtype=torch.float32)).double().square().sum()
-
-
 def _expert_shards(model: nn.Module) -> tuple[set[int], int]:
     """Expert parallelism: the ids of the sharded expert weights and how many ranks split each
     (parallel.expert_parallel); (empty, 1) without. measure() counts a shard that many times, so
@@ -84,22 +79,31 @@ class _Layout:
         self.fsdp2 = any(isinstance(p, DTensor) for p in params)
         # FSDP2: annotate sums over the ranks, and world / n_ranks of them hold each shard
         self.n_ranks = n_ranks / world_size if self.fsdp2 else n_ranks
+        self._reducer: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def reducer(
+        self, weights: list[nn.Parameter], device: torch.device
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(offset, selector), made once: measure()'s three sums of squares are offset + selector
+        @ (squared norms of the weight matrices, of every parameter's update, of every parameter
+        before it), an expert shard's counted n_ranks times (annotate's mean over the ranks then
+        counts every expert once)."""
+        if self._reducer is None:
+            groups = [weights, self.params, self.params]
+            selector = torch.zeros(3, sum(map(len, groups)), dtype=torch.float64)
+            column = 0
+            for row, group in enumerate(groups):
+                for p in group:
+                    selector[row, column] = self.n_ranks if id(p) in self.shards else 1.0
+                    column += 1
+            offset = torch.zeros(3, dtype=torch.float64)
+            self._reducer = (offset.to(device), selector.to(device))
+        return self._reducer
 
     def holds(self, params: list[nn.Parameter]) -> bool:
         return len(params) == len(self.params) and all(
             a is b for a, b in zip(params, self.params, strict=True)
         )
-
-
-def _weighted_squares(
-    local: list[torch.Tensor], params: list[nn.Parameter], shards: set[int], n_ranks: float
-) -> torch.Tensor:
-    """_squares, the expert shards' part counted n_ranks times."""
-    dense = [t for t, p in zip(local, params, strict=True) if id(p) not in shards]
-    if not shards:
-        return _squares(dense)
-    experts = [t for t, p in zip(local, params, strict=True) if id(p) in shards]
-    return _squares(dense) + n_ranks * _squares(experts)
 
 
 class Orchestrator:
@@ -127,6 +131,7 @@ class Orchestrator:
         # run.step when the last change by an every-N kind was applied (None: none yet)
         self.last_change: int | None = None
         self._snapshot: list[torch.Tensor] | None = None
+        self._weighed: set[int] = set()  # steps whose measure() holds weight norms
         # per MoD layer, each micro-batch's share its causal predictor keeps (device scalars)
         self._predictor_kept: dict[int, list[torch.Tensor]] = {}
         self._layout: _Layout | None = None
@@ -181,7 +186,9 @@ class Orchestrator:
         """Between backward and the optimizer step (queued or not): on the steps the every-N kinds
         judge, a copy of the weights for the update ratio (a device copy, no host wait)."""
         if self.active and (run.step + 1) % self.config.every == 0:
-            self._snapshot = [_local(p).clone() for p in run.model.parameters()]
+            local = [_local(p) for p in run.model.parameters()]
+            self._snapshot = [torch.empty_like(t) for t in local]
+            torch._foreach_copy_(self._snapshot, local)  # one launch, not one copy per tensor
 
     def skip_update(self, run: RunHandle, out: StepLoss) -> bool:
         """The loss-spike guard, on a loss the host has read before the update: True = skip it."""
@@ -196,38 +203,42 @@ class Orchestrator:
 
     @torch.no_grad()
     def measure(self, run: RunHandle) -> torch.Tensor | None:
-        """After the update is queued: this step's weight measurements as one float64 vector on the
-        device, [sum of squares of the weight matrices (NaN without any), of the update, of the
-        weights before it (both NaN without a snapshot), *kept share of each MoD predictor]. It
-        travels with the step's numbers and is read with them (annotate), so nothing here waits
-        for the device."""
+        """After the update is queued: this step's measurements as one float64 vector on the
+        device, read with the step's numbers (annotate), so nothing here waits for the device.
+        [sum of squares of the weight matrices (NaN without any), of the update, of the weights
+        before it, *kept share of each MoD predictor]. The weights are measured on the steps the
+        every-N kinds judge (before_update's snapshot), the only ones whose norms they read; on
+        the others the three sums are NaN, and without MoD predictor stats there is nothing to
+        measure (None): no device work outside the step's own."""
         if not self.active:
+            return None
+        snapshot, self._snapshot = self._snapshot, None
+        layers = self._layers()
+        if snapshot is None and not layers:
             return None
         params = list(run.model.parameters())
         if self._layout is None or not self._layout.holds(params):
             self._layout = _Layout(run.model, params, run.collectives.world_size)
-        layout = self._layout
-        shards, n_ranks = layout.shards, layout.n_ranks
         # matrices only: what weight decay acts on (norm gains at 1.0 would dominate a tiny model)
         weights = [p for p in params if p.ndim >= 2]
         matrices = [_local(p) for p in weights]
-        nan = torch.full((), math.nan, dtype=torch.float64, device=run.collectives.device)
+        device = run.collectives.device
         # DeepSpeed ZeRO-3 leaves each rank empty 1-D placeholders (the values live in its
         # partitions): no parameter norm or update ratio is measured there.
-        parts = [_weighted_squares(matrices, weights, shards, n_ranks) if matrices else nan]
-        if matrices and self._snapshot is not None and len(self._snapshot) == len(params):
-            now = [_local(p) for p in params]
-            delta = torch._foreach_sub(now, self._snapshot)
-            parts += [
-                _weighted_squares(delta, params, shards, n_ranks),
-                _weighted_squares(self._snapshot, params, shards, n_ranks),
-            ]
+        if snapshot is None or not matrices or len(snapshot) != len(params):
+            parts = [torch.full((3,), math.nan, dtype=torch.float64, device=device)]
         else:
-            parts += [nan, nan]
-        self._snapshot = None
-        parts += [torch.stack(self._predictor_kept[i]).double().mean() for i in self._layers()]
+            # every norm in one fused launch, the three sums in one more: each launch outside
+            # the step's CUDA graph costs device time
+            delta = torch._foreach_sub([_local(p) for p in params], snapshot)
+            offset, selector = self._layout.reducer(weights, matrices[0].device)
+            norms = torch._foreach_norm([*matrices, *delta, *snapshot], dtype=torch.float32)
+            parts = [torch.addmv(offset, selector, torch.stack(norms).double().square())]
+        if snapshot is not None:
+            self._weighed.add(run.step + 1)
+        parts += [torch.stack(self._predictor_kept[i]).double().mean().reshape(1) for i in layers]
         self._predictor_kept.clear()
-        return torch.stack([p.to(nan.device) for p in parts])
+        return torch.cat([p.to(device) for p in parts])
 
     def _layers(self) -> list[int]:
         return sorted(self._predictor_kept)
@@ -235,25 +246,11 @@ class Orchestrator:
     def annotate(
         self, run: RunHandle, record: dict[str, Any], measured: torch.Tensor | None
     ) -> None:
-        """Adds param_norm, update_ratio, memory_gb and mod/predictor_selected to a step's record,
-        from measure()'s vector for that step, read on the host."""
-        if not self.active or measured is None:
+        """Adds memory_gb to a step's record, param_norm and update_ratio on the steps measure()
+        weighed, mod/predictor_selected with MoD predictors: from measure()'s vector for that
+        step, read on the host."""
+        if not self.active:
             return
-        squares = measured[:3].tolist()
-        layout = self._layout  # measure() set it for this step's parameters
-        if layout.fsdp2:
-            # FSDP2's disjoint shards: one all-reduce of the three sums of squares
-            world = run.collectives.world_size
-            mean = run.collectives.all_reduce_mean_tensor(measured[:3].reshape(3))
-            squares = [float(v) * world for v in mean]
-        elif layout.shards:
-            # expert parallelism: measure() weighted the shards, the mean counts each weight once
-            squares = run.collectives.all_reduce_mean_tensor(measured[:3].reshape(3)).tolist()
-        param_sq, delta_sq, before_sq = squares
-        record["param_norm"] = None if math.isnan(param_sq) else math.sqrt(param_sq)
-        record["update_ratio"] = (
-            math.sqrt(delta_sq / before_sq) if not math.isnan(delta_sq) and before_sq > 0 else None
-        )
         device = run.collectives.device
         if device.type == "cuda":
             # max_memory_allocated's value without its flattening of every allocator statistic
@@ -262,6 +259,27 @@ class Orchestrator:
             record["memory_gb"] = stats["allocated_bytes"]["all"]["peak"] / 1e9
         else:  # Linux reports ru_maxrss in KiB
             record["memory_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+        if measured is None:
+            return
+        if record["step"] in self._weighed:
+            self._weighed.discard(record["step"])
+            squares = measured[:3].tolist()
+            layout = self._layout  # measure() set it for this step's parameters
+            if layout.fsdp2:
+                # FSDP2's disjoint shards: one all-reduce of the three sums of squares
+                world = run.collectives.world_size
+                mean = run.collectives.all_reduce_mean_tensor(measured[:3].reshape(3))
+                squares = [float(v) * world for v in mean]
+            elif layout.shards:
+                # expert parallelism: measure() weighted the shards, the mean counts each once
+                squares = run.collectives.all_reduce_mean_tensor(measured[:3].reshape(3)).tolist()
+            param_sq, delta_sq, before_sq = squares
+            record["param_norm"] = None if math.isnan(param_sq) else math.sqrt(param_sq)
+            record["update_ratio"] = (
+                math.sqrt(delta_sq / before_sq)
+                if not math.isnan(delta_sq) and before_sq > 0
+                else None
+            )
         if len(measured) > 3:
             record["mod/predictor_selected"] = measured[3:].tolist()
 
