@@ -11,6 +11,10 @@ why; then a summary; exit 1 if any pair misses the goal.
     uv run python benchmarks/orchestrator.py --h200          # 124m-dense, 2,000 steps, on CUDA
 
 `--set key=value` overrides any config key of every run (e.g. `--set train.device=cuda`).
+`--control` trains `off` a second time from the same seed ("off_vs_off" in the row): the
+run-to-run spread of one configuration. On the CPU it is 0 (the runs repeat bit for bit, so an
+`act` run that applied nothing ends on `off`'s loss exactly); bf16 training on a GPU is not
+deterministic, and an `act` run that applied nothing differs from `off` by that spread alone.
 Evaluation: the whole val split (train.eval_batches = 0), so the number has no sampling noise.
 """
 
@@ -85,6 +89,9 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=None, help="default 300 (--quick 100)")
     parser.add_argument("--set", action="append", default=[], metavar="key=value")
     parser.add_argument("--keep-runs", type=Path, help="keep run dirs here (default: a tmp dir)")
+    parser.add_argument(
+        "--control", action="store_true", help="also a second `off` run: the run-to-run spread"
+    )
     args = parser.parse_args()
     if args.h200:
         sizes, base, steps, seeds = ["124m-dense"], H200, 2000, [1]
@@ -102,8 +109,8 @@ def main() -> int:
             for seed in seeds:
                 flat = {**base, "model.preset": preset, "train.steps": steps, "train.seed": seed}
                 losses = {}
-                for mode in ("off", "act"):
-                    flat_mode = {**flat, **user, "orchestrator.mode": mode}
+                for mode in ("off", "act", *(["off2"] if args.control else [])):
+                    flat_mode = {**flat, **user, "orchestrator.mode": mode.rstrip("2")}
                     losses[mode] = train(flat_mode, root / f"{preset}-s{seed}-{mode}")
                 decisions = read_decisions(root / f"{preset}-s{seed}-act")
                 delta = losses["act"] / losses["off"] - 1.0
@@ -116,6 +123,11 @@ def main() -> int:
                     "val_off": round(losses["off"], 5),
                     "val_act": round(losses["act"], 5),
                     "act_vs_off": round(delta, 5),
+                    **(
+                        {"off_vs_off": round(losses["off2"] / losses["off"] - 1.0, 5)}
+                        if args.control
+                        else {}
+                    ),
                     "within_goal": ok,
                     "applied": [
                         f"{d['kind']}@{d['step']}: {d['reason']}" for d in decisions if d["applied"]
