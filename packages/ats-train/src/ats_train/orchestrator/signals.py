@@ -38,7 +38,7 @@ class Signals:
     grad_spike_ratio: float | None  # max grad norm in the window / median of the window
     grad_spike_sigmas: float | None  # largest log grad-norm jump over its 5 predecessors / noise
     update_ratio: float | None  # last measured ||w_t - w_{t-1}|| / ||w_{t-1}||
-    param_norm_growth: float | None  # last weight-matrix norm / the window's first
+    param_norm_growth: float | None  # last measured weight-matrix norm / the window's first
     lr: float | None  # last learning rate
     loss_scale: float | None  # fp16 loss scale (None without a GradScaler)
     nonfinite: int  # records in the window whose loss or grad norm is NaN / inf
