@@ -113,7 +113,8 @@ def test_smoke_pipeline_reports_every_number(tmp_path: Path) -> None:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((work / "report.json").read_text())
-    assert set(report["exact_match"]) == {"pretrained", "sft", "sft_continued", "grpo", "dpo"}
+    stages = {"pretrained", "sft", "grpo_start", "sft_continued", "grpo", "dpo"}
+    assert set(report["exact_match"]) == stages
     assert all(0.0 <= v <= 1.0 for v in report["exact_match"].values())
     # pass@group counts a question right when any of its samples is; greedy is one sample
     assert 0.0 <= report["sft_pass_at_group"] <= 1.0
@@ -124,6 +125,18 @@ def test_smoke_pipeline_reports_every_number(tmp_path: Path) -> None:
     assert all(packing[k]["real_tokens_per_s"] > 0 for k in ("packed", "padded"))
     for stage in ("sft", "sft_more", "grpo", "dpo", "sft_lora"):
         assert (work / stage / "model" / "model.safetensors").is_file()
+    # GRPO and its control start from the first SFT checkpoint whose pass@group reaches the
+    # threshold, checkpoints tried in step order (the last SFT checkpoint when none does)
+    start = report["grpo_start"]
+    tried, need = start["tried"], start["pass_needed"]
+    steps = sorted(int(d.name.split("-")[1]) for d in (work / "sft" / "checkpoints").glob("step-*"))
+    assert [t["step"] for t in tried] == steps[: len(tried)] and len(steps) > 1
+    assert all(t["pass_at_group"] < need for t in tried[:-1])
+    assert tried[-1]["pass_at_group"] >= need or len(tried) == len(steps)
+    assert start["model"] == f"sft/checkpoints/step-{tried[-1]['step']:06d}"
+    for stage in ("grpo", "sft_more"):
+        config = (work / stage / "config.toml").read_text()
+        assert f"{work / start['model']}" in config, stage
     lora, full = report["sft_lora_vs_full"]["lora"], report["sft_lora_vs_full"]["full"]
     assert 0 < lora["trainable_params"] < full["trainable_params"]
     assert lora["grad_and_adamw_mb"] < full["grad_and_adamw_mb"]
