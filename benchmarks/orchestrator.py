@@ -15,11 +15,16 @@ why; then a summary; exit 1 if any pair misses the goal.
 run-to-run spread of one configuration. On the CPU it is 0 (the runs repeat bit for bit, so an
 `act` run that applied nothing ends on `off`'s loss exactly); bf16 training on a GPU is not
 deterministic, and an `act` run that applied nothing differs from `off` by that spread alone.
+`--deterministic` asks torch for deterministic algorithms in every run
+(`torch.use_deterministic_algorithms`, cuDNN's deterministic algorithms, CUBLAS_WORKSPACE_CONFIG
+when unset), so that on the GPU too `off` repeats and an `act` run that applied nothing ends on
+`off`'s loss; an op without a deterministic implementation then raises.
 Evaluation: the whole val split (train.eval_batches = 0), so the number has no sampling noise.
 """
 
 import argparse
 import json
+import os
 import platform
 import sys
 import tempfile
@@ -92,7 +97,14 @@ def main() -> int:
     parser.add_argument(
         "--control", action="store_true", help="also a second `off` run: the run-to-run spread"
     )
+    parser.add_argument(
+        "--deterministic", action="store_true", help="deterministic algorithms in every run"
+    )
     args = parser.parse_args()
+    if args.deterministic:  # before the first CUDA call: cuBLAS reads its workspace setting once
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.deterministic = True
     if args.h200:
         sizes, base, steps, seeds = ["124m-dense"], H200, 2000, [1]
     else:
