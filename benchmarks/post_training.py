@@ -76,12 +76,11 @@ GRPO_LR = 5e-6
 # DPO's lr, constant: at 2e-4 DPO diverged on the H200 (loss 0.69 -> 0.77-1.11, grad norm up to
 # 29.5, both answers' log-likelihood down ~60 nats, exact match 1.0 -> 0); TRL's default is 1e-6
 DPO_LR = 1e-5
-# GRPO starts from the first SFT checkpoint whose pass@group on GRPO_START_PROMPTS of GRPO's own
-# training prompts reaches this share: the earliest policy whose groups mostly hold a right answer
+# GRPO starts from the first SFT checkpoint whose pass@group on the scale's start_prompts of GRPO's
+# own training prompts reaches this share: the earliest policy whose groups mostly hold a right answer
 # to learn from. The last SFT model is where SFT ends, anywhere in 0.54-0.99 held-out exact match
 # from seed to seed on the full scale, often leaving GRPO nothing to gain.
 GRPO_START_PASS = 0.5
-GRPO_START_PROMPTS = 256
 NAMES = ["Ada", "Ben", "Cleo", "Dev", "Eli", "Fay", "Gus", "Hana"]
 ITEMS = ["apples", "coins", "stamps", "marbles", "books", "shells"]
 # GPT-4's pattern with one digit per pre-token (as Llama and DeepSeek split digits). BPE on
@@ -107,19 +106,20 @@ class Scale:
     grpo_batch: int
     group: int
     sft_every: int  # SFT checkpoint cadence: the candidates for GRPO's start (grpo_start)
+    start_prompts: int  # GRPO training prompts grpo_start samples each candidate on
 
 
 SMOKE = Scale(2, {"dim": 64, "n_layer": 2, "n_head": 4, "n_kv_head": 2, "ffn_dim": 128}, 96,
-              400, 40, 1000, 60, 30, 6, 10, 16, 4, 4, 10)  # fmt: skip
+              400, 40, 1000, 60, 30, 6, 10, 16, 4, 4, 10, 32)  # fmt: skip
 CPU = Scale(2, {"dim": 128, "n_layer": 4, "n_head": 4, "n_kv_head": 2, "ffn_dim": 384}, 128,
-            4000, 200, 10000, 800, 200, 40, 60, 32, 16, 8, 25)  # fmt: skip
+            4000, 200, 10000, 800, 200, 40, 60, 32, 16, 8, 25, 256)  # fmt: skip
 # FULL's SFT is 40 steps: 300 took the model to 1.0 held-out exact match, leaving GRPO nothing to
 # add; after 40 it is anywhere in 0.54-0.99 from seed to seed (pass@8 0.66 at 0.54: some of each
 # group's 8 samples right, the reward GRPO learns from), after 10-20 at 0 with pass@8 0.004 (no
 # reward to learn from). GRPO starts from the first of its checkpoints (every 5 steps) that
 # reaches GRPO_START_PASS
 FULL = Scale(3, {"dim": 384, "n_layer": 6, "n_head": 6, "n_kv_head": 2, "ffn_dim": 1024}, 128,
-             20000, 500, 150000, 4000, 40, 200, 200, 128, 32, 8, 5)  # fmt: skip
+             20000, 500, 150000, 4000, 40, 200, 200, 128, 32, 8, 5, 256)  # fmt: skip
 
 
 SCALES = {"smoke": SMOKE, "cpu": CPU, "full": FULL}
@@ -441,7 +441,7 @@ def main(argv: list[str] | None = None) -> dict:
         "checkpoint.keep_last": scale.sft_steps // scale.sft_every + 1,
     })  # fmt: skip
     sft_dir = work / "sft" / "model"
-    start_dir, start = grpo_start(work / "sft", train[:GRPO_START_PROMPTS], args.device, scale.group)
+    start_dir, start = grpo_start(work / "sft", train[: scale.start_prompts], args.device, scale.group)
     run(["grpo", "--run-dir", str(work / "grpo")], {
         **post, "model.init_from": start_dir, "data.source": grpo_file,
         "train.steps": scale.grpo_steps, "train.batch_size": scale.grpo_batch,
