@@ -79,26 +79,25 @@ class _Layout:
         self.fsdp2 = any(isinstance(p, DTensor) for p in params)
         # FSDP2: annotate sums over the ranks, and world / n_ranks of them hold each shard
         self.n_ranks = n_ranks / world_size if self.fsdp2 else n_ranks
-        self._reducer: tuple[torch.Tensor, torch.Tensor] | None = None
+        # matrices only: what weight decay acts on (norm gains at 1.0 would dominate a tiny model)
+        self.weights = [p for p in params if p.ndim >= 2]
+        self._selector: torch.Tensor | None = None
 
-    def reducer(
-        self, weights: list[nn.Parameter], device: torch.device
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(offset, selector), made once: measure()'s three sums of squares are offset + selector
-        @ (squared norms of the weight matrices, of every parameter's update, of every parameter
-        before it), an expert shard's counted n_ranks times (annotate's mean over the ranks then
-        counts every expert once)."""
-        if self._reducer is None:
-            groups = [weights, self.params, self.params]
+    def selector(self, device: torch.device) -> torch.Tensor:
+        """(3, norms), made once: measure()'s three sums of squares are selector @ (squared norms
+        of the weight matrices, of every parameter's update, of every parameter before it), an
+        expert shard's counted n_ranks times (annotate's mean over the ranks then counts every
+        expert once)."""
+        if self._selector is None:
+            groups = [self.weights, self.params, self.params]
             selector = torch.zeros(3, sum(map(len, groups)), dtype=torch.float64)
             column = 0
             for row, group in enumerate(groups):
                 for p in group:
                     selector[row, column] = self.n_ranks if id(p) in self.shards else 1.0
                     column += 1
-            offset = torch.zeros(3, dtype=torch.float64)
-            self._reducer = (offset.to(device), selector.to(device))
-        return self._reducer
+            self._selector = selector.to(device)
+        return self._selector
 
     def holds(self, params: list[nn.Parameter]) -> bool:
         return len(params) == len(self.params) and all(
@@ -219,21 +218,19 @@ class Orchestrator:
         params = list(run.model.parameters())
         if self._layout is None or not self._layout.holds(params):
             self._layout = _Layout(run.model, params, run.collectives.world_size)
-        # matrices only: what weight decay acts on (norm gains at 1.0 would dominate a tiny model)
-        weights = [p for p in params if p.ndim >= 2]
-        matrices = [_local(p) for p in weights]
+        matrices = [_local(p) for p in self._layout.weights]
         device = run.collectives.device
         # DeepSpeed ZeRO-3 leaves each rank empty 1-D placeholders (the values live in its
         # partitions): no parameter norm or update ratio is measured there.
         if snapshot is None or not matrices or len(snapshot) != len(params):
             parts = [torch.full((3,), math.nan, dtype=torch.float64, device=device)]
         else:
-            # every norm in one fused launch, the three sums in one more: each launch outside
+            # every norm in one fused launch, the three sums in one product: each launch outside
             # the step's CUDA graph costs device time
             delta = torch._foreach_sub([_local(p) for p in params], snapshot)
-            offset, selector = self._layout.reducer(weights, matrices[0].device)
+            selector = self._layout.selector(matrices[0].device)
             norms = torch._foreach_norm([*matrices, *delta, *snapshot], dtype=torch.float32)
-            parts = [torch.addmv(offset, selector, torch.stack(norms).double().square())]
+            parts = [torch.mv(selector, torch.stack(norms).double().square())]
         if snapshot is not None:
             self._weighed.add(run.step + 1)
         parts += [torch.stack(self._predictor_kept[i]).double().mean().reshape(1) for i in layers]
