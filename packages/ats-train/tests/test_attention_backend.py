@@ -11,7 +11,7 @@ from ats_train.attention_backend import (
     AttentionShape,
     choose_attention_backend,
     fastest,
-    time_backend,
+    time_backends,
 )
 from ats_train.build import build_trainer
 from ats_train.config import ConfigError, build_config
@@ -26,12 +26,30 @@ def _same_everywhere(values: torch.Tensor) -> torch.Tensor:
 
 
 def test_cpu_runs_math_and_flash_but_not_cudnn() -> None:
-    assert time_backend("math", SHAPE, CPU, reps=1) > 0
-    assert time_backend("flash", SHAPE, CPU, reps=1) > 0
-    assert time_backend("cudnn", SHAPE, CPU, reps=1) is None
+    ms = time_backends(("math", "flash", "cudnn"), SHAPE, CPU, reps=1)
+    assert ms["math"] > 0 and ms["flash"] > 0
+    assert ms["cudnn"] is None
     # torch's CPU flash kernel has no dropout: with dropout only math can run the call
     dropout = AttentionShape(2, 4, 2, 32, 16, 0.1, torch.float32)
-    assert time_backend("flash", dropout, CPU, reps=1) is None
+    assert time_backends(("flash",), dropout, CPU, reps=1) == {"flash": None}
+
+
+def test_timed_rounds_go_round_robin_over_the_backends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each backend is warmed up alone, then every round times each runnable backend in turn:
+    a clock ramp in the first rounds cannot favour whichever backend came last."""
+    enabled = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def recording(*args, **kwargs):
+        flags = torch.backends.cuda
+        (alone,) = [n for n in ("math", "flash", "cudnn") if getattr(flags, f"{n}_sdp_enabled")()]
+        enabled.append(alone)
+        return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", recording)
+    time_backends(("math", "cudnn", "flash"), SHAPE, CPU, reps=2, rounds=3, warmup=2)
+    warm = ["math"] * 2 + ["cudnn"] + ["flash"] * 2  # cudnn: refused on its first call
+    assert enabled == warm + (["math"] * 2 + ["flash"] * 2) * 3
 
 
 def test_fastest_puts_the_winner_first_then_torchs_order() -> None:

@@ -130,17 +130,20 @@ def priority(name: str, masked: bool = False) -> tuple[SDPBackend, ...]:
     return (first, *(b for b in rest if b != first))
 
 
-def time_backend(
-    name: str,
+def time_backends(
+    names: tuple[str, ...],
     shape: AttentionShape,
     device: torch.device,
     reps: int = 10,
     rounds: int = 3,
     warmup: int = 3,
-) -> float | None:
-    """Milliseconds per forward + backward of the run's attention call under backend `name` alone
-    (the best of `rounds` rounds of `reps` calls, after `warmup` calls: cuDNN builds its plans in
-    the first ones), or None when that backend cannot run it here."""
+) -> dict[str, float | None]:
+    """Milliseconds per forward + backward of the run's attention call under each backend of
+    `names` alone, or None for one that cannot run it here. Each runnable backend is warmed up
+    (`warmup` calls: cuDNN builds its plans in the first ones), then the rounds go round-robin
+    over the backends, `reps` calls each, and each backend's figure is its best round: a GPU
+    still raising its clocks in the first rounds slows every backend alike instead of whichever
+    was timed first (on an idle H200 that made flash read 0.58 ms against 0.34-0.38 warm)."""
     generator = torch.Generator(device).manual_seed(0)  # the run's RNG streams are not touched
 
     def randn(heads: int) -> torch.Tensor:
@@ -162,27 +165,38 @@ def time_backend(
         )
         y.backward(grad)
 
-    # the dispatcher warns why each disabled backend was passed over: expected here, not news
-    with sdpa_kernel([BACKENDS[name]]), warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        try:
-            step()  # the first warm-up call: where an unsupported shape, dtype or device raises
-        except torch.OutOfMemoryError:
-            raise
-        except RuntimeError:
-            # "No available kernel" (CUDA) / "No viable backend" (CPU): with one backend enabled,
-            # the dispatcher's refusal is the answer to "can it run this call"
-            return None
-        for _ in range(warmup - 1):
-            step()
-        best = float("inf")
-        for _ in range(rounds):
-            _sync(device)
-            start = time.perf_counter()
-            for _ in range(reps):
+    @contextlib.contextmanager
+    def alone(name: str) -> Iterator[None]:
+        # the dispatcher warns why each disabled backend was passed over: expected here, not news
+        with sdpa_kernel([BACKENDS[name]]), warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            yield
+
+    best: dict[str, float | None] = {}
+    for name in names:
+        with alone(name):
+            try:
+                step()  # the first warm-up call: where an unsupported shape, dtype or device raises
+            except torch.OutOfMemoryError:
+                raise
+            except RuntimeError:
+                # "No available kernel" (CUDA) / "No viable backend" (CPU): with one backend
+                # enabled, the dispatcher's refusal is the answer to "can it run this call"
+                best[name] = None
+                continue
+            for _ in range(warmup - 1):
                 step()
-            _sync(device)
-            best = min(best, (time.perf_counter() - start) / reps * 1e3)
+        best[name] = float("inf")
+    runnable = [name for name in names if best[name] is not None]
+    for _ in range(rounds):
+        for name in runnable:
+            with alone(name):
+                _sync(device)
+                start = time.perf_counter()
+                for _ in range(reps):
+                    step()
+                _sync(device)
+            best[name] = min(best[name], (time.perf_counter() - start) / reps * 1e3)
     return best
 
 
@@ -219,7 +233,7 @@ def choose_attention_backend(
     if setting == "default" or (setting == "auto" and device.type != "cuda"):
         return AttentionBackend(None, {})
     if setting != "auto":
-        ms = time_backend(setting, shape, device, reps=1, rounds=1, warmup=1)
+        ms = time_backends((setting,), shape, device, reps=1, rounds=1, warmup=1)[setting]
         if ms is None:
             raise ConfigError(
                 f"train.sdpa_backend = {setting!r} cannot run this run's attention on {device} "
@@ -227,8 +241,7 @@ def choose_attention_backend(
                 f"another of {', '.join(BACKENDS)}, 'auto' or 'default'"
             )
         return AttentionBackend(priority(setting, masked), {})
-    local = {name: time_backend(name, shape, device) for name in MEASURED}
-    return fastest(local, mean_over_ranks)
+    return fastest(time_backends(MEASURED, shape, device), mean_over_ranks)
 
 
 def fastest(
