@@ -113,13 +113,12 @@ SMOKE = Scale(2, {"dim": 64, "n_layer": 2, "n_head": 4, "n_kv_head": 2, "ffn_dim
               400, 40, 1000, 60, 30, 6, 10, 16, 4, 4, 10, 32)  # fmt: skip
 CPU = Scale(2, {"dim": 128, "n_layer": 4, "n_head": 4, "n_kv_head": 2, "ffn_dim": 384}, 128,
             4000, 200, 10000, 800, 200, 40, 60, 32, 16, 8, 25, 256)  # fmt: skip
-# FULL's SFT is 40 steps: 300 took the model to 1.0 held-out exact match, leaving GRPO nothing to
-# add; after 40 it is anywhere in 0.54-0.99 from seed to seed (pass@8 0.66 at 0.54: some of each
-# group's 8 samples right, the reward GRPO learns from), after 10-20 at 0 with pass@8 0.004 (no
-# reward to learn from). GRPO starts from the first of its checkpoints (every 5 steps) that
-# reaches GRPO_START_PASS
+# FULL's SFT is 120 steps, checkpointed every 5: GRPO starts from the first checkpoint that
+# reaches GRPO_START_PASS, so the SFT length only bounds how far it looks. On the H200 most seeds
+# reach it by step 20 (pass@8 0.63-0.65; 0-0.22 at steps 5-15: no reward to learn from); seed 5's
+# 40-step SFT (its lr decayed by step 40) ended at pass@8 0.04, and GRPO from there stayed at 0
 FULL = Scale(3, {"dim": 384, "n_layer": 6, "n_head": 6, "n_kv_head": 2, "ffn_dim": 1024}, 128,
-             20000, 500, 150000, 4000, 40, 200, 200, 128, 32, 8, 5, 256)  # fmt: skip
+             20000, 500, 150000, 4000, 120, 200, 200, 128, 32, 8, 5, 256)  # fmt: skip
 
 
 SCALES = {"smoke": SMOKE, "cpu": CPU, "full": FULL}
@@ -317,7 +316,8 @@ def _chunks(items: list, size: int) -> list[list]:
 
 def grpo_start(sft_run: Path, prompts: list, device: str, group: int) -> tuple[Path, dict]:
     """(model dir, what chose it): the first of the SFT run's checkpoints (in step order, the last
-    is its final model) whose pass@group on the prompts reaches GRPO_START_PASS, else the last."""
+    is its final model) whose pass@group on the prompts reaches GRPO_START_PASS; where none does,
+    the last, with "reached": false in the record (GRPO then has little reward to learn from)."""
     checkpoints = sorted((sft_run / "checkpoints").glob("step-*"))
     if not checkpoints:
         raise SystemExit(f"{sft_run}: no checkpoints to start GRPO from")
@@ -327,7 +327,10 @@ def grpo_start(sft_run: Path, prompts: list, device: str, group: int) -> tuple[P
         tried.append({"step": int(checkpoint.name.split("-")[1]), "pass_at_group": rate})
         if rate >= GRPO_START_PASS:
             break
-    return checkpoint, {"pass_needed": GRPO_START_PASS, "prompts": len(prompts), "tried": tried}
+    reached = tried[-1]["pass_at_group"] >= GRPO_START_PASS
+    return checkpoint, {
+        "pass_needed": GRPO_START_PASS, "reached": reached, "prompts": len(prompts), "tried": tried
+    }  # fmt: skip
 
 
 def pretrain(work: Path, corpus: Path, common: dict, model: dict, scale: Scale) -> None:
@@ -352,8 +355,8 @@ def main(argv: list[str] | None = None) -> dict:
                         "arithmetic the SFT model starts with (GRPO needs it between ~20%% and "
                         "60%% held-out exact match)")  # fmt: skip
     parser.add_argument("--dpo-lr", type=float, default=DPO_LR)
-    parser.add_argument("--sft-steps", type=int, help="instead of the scale's (full: 40, where "
-                        "the SFT model is about half right: GRPO's room to improve)")  # fmt: skip
+    parser.add_argument("--sft-steps", type=int, help="instead of the scale's (full: 120; GRPO "
+                        "starts from the first SFT checkpoint that reaches GRPO_START_PASS)")  # fmt: skip
     parser.add_argument("--grpo-steps", type=int, help="instead of the scale's")
     parser.add_argument("--grpo-lr", type=float, default=GRPO_LR)
     parser.add_argument("--lora-lr", type=float, default=LORA_LR,
@@ -504,6 +507,7 @@ def main(argv: list[str] | None = None) -> dict:
     report["goals"] = {
         "grpo_gain_points": 100 * (em["grpo"] - em["grpo_start"]),
         "grpo_gain_ge_15": em["grpo"] - em["grpo_start"] >= 0.15,
+        "grpo_start_reached_pass": start["reached"],
     }
     if not args.no_dpo:
         report["sft_lora_vs_full"] = {
