@@ -113,12 +113,13 @@ SMOKE = Scale(2, {"dim": 64, "n_layer": 2, "n_head": 4, "n_kv_head": 2, "ffn_dim
               400, 40, 1000, 60, 30, 6, 10, 16, 4, 4, 10, 32)  # fmt: skip
 CPU = Scale(2, {"dim": 128, "n_layer": 4, "n_head": 4, "n_kv_head": 2, "ffn_dim": 384}, 128,
             4000, 200, 10000, 800, 200, 40, 60, 32, 16, 8, 25, 256)  # fmt: skip
-# FULL's SFT is 120 steps, checkpointed every 5: GRPO starts from the first checkpoint that
-# reaches GRPO_START_PASS, so the SFT length only bounds how far it looks. On the H200 most seeds
-# reach it by step 20 (pass@8 0.63-0.65; 0-0.22 at steps 5-15: no reward to learn from); seed 5's
-# 40-step SFT (its lr decayed by step 40) ended at pass@8 0.04, and GRPO from there stayed at 0
+# FULL's SFT is 120 steps, checkpointed every 2: GRPO starts from the first checkpoint that
+# reaches GRPO_START_PASS, so the SFT length only bounds how far it looks. On the H200 seeds reach
+# it at steps 20-35; around there pass@8 can climb from 0.45 to 0.98 in 5 steps, so a coarser
+# cadence can start GRPO next to the ceiling. A 40-step SFT (its lr decayed by step 40) left one
+# seed at pass@8 0.04, with no reward for GRPO to learn from
 FULL = Scale(3, {"dim": 384, "n_layer": 6, "n_head": 6, "n_kv_head": 2, "ffn_dim": 1024}, 128,
-             20000, 500, 150000, 4000, 120, 200, 200, 128, 32, 8, 5, 256)  # fmt: skip
+             20000, 500, 150000, 4000, 120, 200, 200, 128, 32, 8, 2, 256)  # fmt: skip
 
 
 SCALES = {"smoke": SMOKE, "cpu": CPU, "full": FULL}
