@@ -5,7 +5,8 @@ on the H200 cuDNN attention measured about 1.7x flash. So the trainer measures i
 
 - train.sdpa_backend = "auto": on CUDA, one forward + backward of the run's attention call (its
   micro-batch, heads, kv heads, seq_len, head_dim, dropout and autocast dtype, causal) is timed
-  under each of cuDNN, flash and memory-efficient alone; a backend that cannot run it is skipped.
+  under each of cuDNN, flash and memory-efficient alone, in round-robin rounds (time_backends);
+  a backend that cannot run it is skipped.
   The timings are averaged over ranks, so every rank makes the same choice. On the CPU: torch's
   own order (its flash kernel runs what these models ask; nothing to choose between).
 - "default": torch's own order, nothing measured.
