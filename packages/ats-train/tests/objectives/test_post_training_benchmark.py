@@ -133,6 +133,7 @@ def test_smoke_pipeline_reports_every_number(tmp_path: Path) -> None:
     assert [t["step"] for t in tried] == steps[: len(tried)] and len(steps) > 1
     assert all(t["pass_at_group"] < need for t in tried[:-1])
     assert tried[-1]["pass_at_group"] >= need or len(tried) == len(steps)
+    assert start["reached"] == (tried[-1]["pass_at_group"] >= need)
     assert start["model"] == f"sft/checkpoints/step-{tried[-1]['step']:06d}"
     for stage in ("grpo", "sft_more"):
         config = (work / stage / "config.toml").read_text()
