@@ -28,6 +28,8 @@ PyTorch eager would need against the int8 peak (ratio > 1: out of reach on this 
 `--batch N` measures instead, per rep, N sequences decoding together in one `ats_native.Batch`
 against one (aggregate tokens/s, the two back to back): the engine's own ceiling on what a
 server's continuous batching gives over serving one client (benchmarks/serving.py).
+`--kv-cache f16` runs the ATS engine with its half-precision KV cache (llama.cpp's default cache
+type; ats_native.Model's kv_cache).
 Run: uv run --no-sync python benchmarks/native.py [--models dense moe] [--reps 2] [--batch N]
 GPU (native runtime built with ATS_CUDA=ON): benchmarks/native.py --device cuda [native_cuda.py's
 options], see benchmarks/native_cuda.py.
@@ -199,10 +201,12 @@ def best_rates(run, prompt_len: int, n_decode: int, reps: int) -> tuple[float, f
     return prefill, decode
 
 
-def bench_ats(model_dir: Path, prompt: list[int], n_decode: int, reps: int) -> tuple[float, float]:
+def bench_ats(
+    model_dir: Path, prompt: list[int], n_decode: int, reps: int, kv_cache: str
+) -> tuple[float, float]:
     import ats_native
 
-    model = ats_native.Model(str(model_dir), threads=THREADS)
+    model = ats_native.Model(str(model_dir), threads=THREADS, kv_cache=kv_cache)
 
     def run() -> tuple[float, float]:
         tokens = iter(model.generate(prompt, n_decode + 1))  # greedy
@@ -212,16 +216,16 @@ def bench_ats(model_dir: Path, prompt: list[int], n_decode: int, reps: int) -> t
 
 
 def bench_batched(
-    model_dir: Path, prompt: list[int], batch: int, n_decode: int, reps: int
-) -> list[float]:
-    """Per rep, the aggregate decode tokens/s of `batch` sequences decoding together in one
-    ats_native.Batch over that of one sequence, the two measured back to back (the machine's speed
+    model_dir: Path, prompt: list[int], batch: int, n_decode: int, reps: int, kv_cache: str
+) -> list[tuple[float, float]]:
+    """Per rep, (aggregate decode tokens/s of `batch` sequences decoding together in one
+    ats_native.Batch, that of one sequence), the two measured back to back (the machine's speed
     drifts between reps), after a warm-up of each: what the engine itself gives a server's
     continuous batching, before any HTTP. Prompts (rotations of `prompt`) prefilled first, not
     timed; greedy."""
     import ats_native
 
-    model = ats_native.Model(str(model_dir), threads=THREADS)
+    model = ats_native.Model(str(model_dir), threads=THREADS, kv_cache=kv_cache)
 
     def rate(n_seq: int) -> float:
         b = ats_native.Batch(model, n_slots=n_seq, max_len=len(prompt) + n_decode + 2)
@@ -233,7 +237,7 @@ def bench_batched(
         return produced / (time.perf_counter() - start)
 
     rate(batch), rate(1)
-    return [rate(batch) / rate(1) for _ in range(reps)]
+    return [(rate(batch), rate(1)) for _ in range(reps)]
 
 
 def bench_torch(
@@ -425,17 +429,22 @@ def run_model(
     prompt = random_prompt(fields["vocab_size"], args.prompt_len, args.seed)
     if args.batch:
         for precision in args.precisions:
-            ratios = bench_batched(
-                paths[precision]["ats"], prompt, args.batch, args.decode, args.reps
+            rates = bench_batched(
+                paths[precision]["ats"], prompt, args.batch, args.decode, args.reps, args.kv_cache
             )
+            ratios = [many / one for many, one in rates]
             row = {"name": f"native/{name}/decode/ats-{precision}_b{args.batch}-aggregate_vs_b1",
                    "median_ratio": round(statistics.median(ratios), 3),
-                   "ratios": [round(r, 3) for r in ratios], "hardware": hw}  # fmt: skip
+                   "ratios": [round(r, 3) for r in ratios], "kv_cache": args.kv_cache,
+                   "tok_s": [[round(many, 1), round(one, 1)] for many, one in rates],
+                   "hardware": hw}  # fmt: skip
             print(json.dumps(row), flush=True)
         return
     ours = {}
     for precision in args.precisions:
-        ours[precision] = bench_ats(paths[precision]["ats"], prompt, args.decode, args.reps)
+        ours[precision] = bench_ats(
+            paths[precision]["ats"], prompt, args.decode, args.reps, args.kv_cache
+        )
         log(f"{name} ats {precision}: prefill/decode {ours[precision]}")
     eager = None
     if not args.no_torch:
@@ -491,6 +500,9 @@ def main() -> None:
         "--precisions", nargs="+", choices=tuple(PRECISIONS), default=list(PRECISIONS)
     )
     parser.add_argument("--prompt-len", type=int, default=128)
+    parser.add_argument(
+        "--kv-cache", choices=("f32", "f16"), default="f32", help="ats_native.Model's KV cache type"
+    )
     parser.add_argument("--decode", type=int, default=32, help="decode steps measured")
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--batch", type=int, default=0, metavar="N",

@@ -217,7 +217,9 @@ async def drive(port: int, concurrency: int, n: int, max_tokens: int, server_pid
             "itl_p99_s": float(np.percentile(itl, 99)), "requests": n, "tokens": tokens}  # fmt: skip
 
 
-async def paired_decode(port: int, model_dir: Path, pairs: int, max_tokens: int) -> list[float]:
+async def paired_decode(
+    port: int, model_dir: Path, pairs: int, max_tokens: int, kv_cache: str
+) -> list[float]:
     """Per pair, one streamed request's decode rate at concurrency 1 over `generate`'s decode rate
     of the same prompt in this process, measured right before it (the server idle meanwhile, its
     threads asleep): the two rates of a pair are seconds apart, so a change of the machine's speed
@@ -226,7 +228,7 @@ async def paired_decode(port: int, model_dir: Path, pairs: int, max_tokens: int)
     import ats_native
     from ats_tokenizer import Tokenizer
 
-    model = ats_native.Model(str(model_dir), threads=THREADS)
+    model = ats_native.Model(str(model_dir), threads=THREADS, kv_cache=kv_cache)
     tok = Tokenizer.load(model_dir / "tokenizer.json")
     conn = Connection("127.0.0.1", port)
     ratios = []
@@ -258,13 +260,13 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def generate_rate(model_dir: Path, max_tokens: int) -> tuple[float, float]:
+def generate_rate(model_dir: Path, max_tokens: int, kv_cache: str) -> tuple[float, float]:
     """Decode tokens/s of ats_native.Model.generate, one prompt, in-process, and its CPU
     milliseconds per token."""
     import ats_native
     from ats_tokenizer import Tokenizer
 
-    model = ats_native.Model(str(model_dir), threads=THREADS)
+    model = ats_native.Model(str(model_dir), threads=THREADS, kv_cache=kv_cache)
     ids = Tokenizer.load(model_dir / "tokenizer.json").encode(PROMPTS[0])
     best, cpu_ms = 0.0, float("inf")
     for _ in range(2):
@@ -288,7 +290,8 @@ def decode(model: Any, ids: list[int], max_tokens: int) -> tuple[int, float]:
 def servers(paths: dict, args: argparse.Namespace, port: int) -> dict[str, tuple[list, dict]]:
     """Server name -> (command, environment or None for this one's)."""
     ats = [sys.executable, "-m", "ats_infer.cli", "serve", str(paths["ats"]), "--port", str(port),
-           "--threads", str(THREADS), "--slots", "8", "--model-name", "bench"]  # fmt: skip
+           "--threads", str(THREADS), "--slots", "8", "--model-name", "bench",
+           "--kv-cache", args.kv_cache]  # fmt: skip
     out = {"ats-infer": (ats, None)}
     if args.baseline_src is not None:
         src = args.baseline_src / "packages" / "ats-infer" / "src"
@@ -323,6 +326,12 @@ def main() -> None:
     parser.add_argument("--llama-python", type=Path, default=None,
                         help="python of a venv with llama-cpp-python[server]")  # fmt: skip
     parser.add_argument("--no-llama-cpp", action="store_true")
+    parser.add_argument(
+        "--kv-cache",
+        choices=("f32", "f16"),
+        default="f32",
+        help="ats-infer serve's --kv-cache (and generate's, in this process)",
+    )
     parser.add_argument("--baseline-src", type=Path, default=None,
                         help="also serve from the ats_infer sources under this checkout")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=1,
@@ -339,9 +348,10 @@ def main() -> None:
         prepared = native_bench.prepare(args.cache, name, fields)
         for precision in args.precisions:
             paths = prepared[precision]
-            row = {"model": name, "precision": precision, "hardware": hw}
+            row = {"model": name, "precision": precision, "kv_cache": args.kv_cache,
+                   "hardware": hw}  # fmt: skip
             for round_ in range(args.rounds):
-                rate, cpu_ms = generate_rate(paths["ats"], args.max_tokens)
+                rate, cpu_ms = generate_rate(paths["ats"], args.max_tokens, args.kv_cache)
                 print(json.dumps({"name": f"serving/{name}/{precision}/generate", **row,
                                   "server": "ats generate", "concurrency": 1, "tok_s": rate,
                                   "cpu_ms_per_token": cpu_ms, "round": round_ + 1,
@@ -362,7 +372,8 @@ def main() -> None:
                                               "load_avg": load_avg()}), flush=True)  # fmt: skip
                         if server.startswith("ats-infer") and args.pairs:
                             paired = asyncio.run(paired_decode(port, paths["ats"], args.pairs,
-                                                               args.max_tokens))  # fmt: skip
+                                                               args.max_tokens,
+                                                               args.kv_cache))  # fmt: skip
                     finally:
                         proc.terminate()
                         proc.wait(timeout=120)

@@ -190,9 +190,9 @@ void bind_model(nb::module_ &m) {
         .def(
             "__init__",
             [](Model *self, const std::string &path, int64_t threads, const std::string &kernels,
-               const std::string &device) {
+               const std::string &device, const std::string &kv_cache) {
                 ats_model_params p{path.c_str(), thread_count_arg(threads), kernels.c_str(),
-                                   device.c_str()};
+                                   device.c_str(), kv_cache.c_str()};
                 char err[1024];
                 ats_model *mm;
                 {
@@ -203,7 +203,8 @@ void bind_model(nb::module_ &m) {
                 new (self) Model();
                 self->m = mm;
             },
-            "path"_a, "threads"_a = 0, "kernels"_a = "auto", "device"_a = "cpu")
+            "path"_a, "threads"_a = 0, "kernels"_a = "auto", "device"_a = "cpu",
+            "kv_cache"_a = "f32")
         .def_prop_ro("config",
                      [](Model &self) {
                          return nb::module_::import_("json").attr("loads")(
@@ -214,6 +215,8 @@ void bind_model(nb::module_ &m) {
         .def_prop_ro("device", [](Model &self) { return std::string(ats_model_device(self.m)); })
         .def_prop_ro("weight_format",
                      [](Model &self) { return std::string(ats_model_weight_format(self.m)); })
+        .def_prop_ro("kv_cache",
+                     [](Model &self) { return std::string(ats_model_kv_cache(self.m)); })
         .def(
             "logits",
             [](Model &self, nb::handle ids) {

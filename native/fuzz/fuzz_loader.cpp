@@ -74,7 +74,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     } else if (which == 3) {
         std::string dir = scratch_dir();
         write_file(dir + "/model.safetensors", body, n);
-        ats_model_params p = {dir.c_str(), 1, "auto"};
+        ats_model_params p = {dir.c_str(), 1, "auto", nullptr, nullptr};
         char msg[512];
         ats_model *m = ats_model_init(&p, msg, sizeof msg);
         if (m) {

@@ -18,6 +18,10 @@ typedef struct {
     const char *kernels; /* "auto" (NULL = auto), or a named set: "avx512", "avx2", "neon", "scalar" */
     const char *device;  /* "cpu" (NULL = cpu) or "cuda" (the current GPU; needs a build with
                             ATS_CUDA=ON): where weights, KV caches and forward passes live */
+    const char *kv_cache; /* element type of every session's keys and values: "f32" (NULL = f32)
+                             or "f16" (CPU only: half the cache's memory and of decode attention's
+                             reads, each key and value rounded to half precision, |x| past 65504
+                             to inf; llama.cpp's default cache type) */
 } ats_model_params;
 
 /* 1 when this build holds the CUDA backend (device "cuda" can be asked for), else 0. */
@@ -38,6 +42,8 @@ const char *ats_model_kernels(const ats_model *model);
 const char *ats_model_device(const ats_model *model);
 /* "f32", "bf16", "int8" or "int4": how the weights were stored on disk. */
 const char *ats_model_weight_format(const ats_model *model);
+/* "f32" or "f16": the element type of its sessions' KV caches (ats_model_params.kv_cache). */
+const char *ats_model_kv_cache(const ats_model *model);
 
 /* Logits (n_seq, T, vocab) for n_seq fresh sequences of T tokens each (ids row-major n_seq x T).
  * Returns 0, or -1 with err set (token id out of range, T == 0, T > max_seq_len). */

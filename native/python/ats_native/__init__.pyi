@@ -78,10 +78,17 @@ class Model:
     threads: compute threads (0 = all cores, at most threads_max()); kernels: "auto", "avx512", "avx2", "neon", "scalar".
     device: "cpu" or "cuda" (weights, KV caches and forward passes on the current GPU; needs a
     build with ATS_CUDA=ON, see cuda_built(), and a dense model).
+    kv_cache: "f32" or "f16" (CPU only), the element type of the KV caches: f16 halves their
+    memory and decode attention's reads; each key and value is rounded to half precision.
     Raises ValueError with a clear message on malformed directories or an unavailable device."""
 
     def __init__(
-        self, path: str, threads: int = 0, kernels: str = "auto", device: str = "cpu"
+        self,
+        path: str,
+        threads: int = 0,
+        kernels: str = "auto",
+        device: str = "cpu",
+        kv_cache: str = "f32",
     ) -> None: ...
     @property
     def config(self) -> dict[str, Any]: ...
@@ -93,6 +100,8 @@ class Model:
     def device(self) -> str: ...
     @property
     def weight_format(self) -> str: ...
+    @property
+    def kv_cache(self) -> str: ...
     def logits(self, ids: Sequence[int] | npt.ArrayLike) -> npt.NDArray[np.float32]:
         """Float32 logits (T, V) for ids (T,), or (B, T, V) for ids (B, T); fresh sequences.
         MoD layers route with the causal predictor, as ats-model does while generating."""

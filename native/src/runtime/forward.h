@@ -16,8 +16,9 @@ struct ats_session {
     std::vector<int32_t> length; /* tokens in the cache, per sequence */
     /* per layer: keys/values (n_seq, n_kv_head, max_len, head_dim), one kv head's positions
      * consecutive (kv_offset), and slot validity (n_seq, max_len): 1 where this layer computed a
-     * key (MoD layers skip tokens) */
-    std::vector<float *> k, v; /* into kv */
+     * key (MoD layers skip tokens). Elements are float, or IEEE half (uint16_t) when the model's
+     * kv_f16 is set. */
+    std::vector<void *> k, v; /* into kv */
     std::vector<std::vector<uint8_t>> valid;
     ats::HugeBuffer kv; /* every layer's keys and values, on huge pages (huge_pages.h) */
     ats::CudaSession *cuda = nullptr; /* device cuda: the cache lives on the GPU, k/v/valid empty */
@@ -25,8 +26,8 @@ struct ats_session {
 
 namespace ats {
 
-/* Offset in a layer's key or value cache of kv head kvh's vector at position pos of sequence
- * seq. */
+/* Offset, in elements, in a layer's key or value cache of kv head kvh's vector at position pos
+ * of sequence seq. */
 inline int64_t kv_offset(const ats_session *s, int64_t seq, int64_t kvh, int64_t pos) {
     const Config &c = s->model->cfg;
     return ((seq * c.n_kv_head + kvh) * s->max_len + pos) * c.head_dim;

@@ -47,6 +47,10 @@ struct Kernels {
     /* out[i * 4 + r] = sum_k w[i][k] * x[r][k], k < n, i < nw, r < nx */
     void (*dot_f32)(int n, const float *const *w, int nw, const float *const *x, int nx,
                     float *out);
+    /* dot_f32 with the w rows in IEEE half precision (an f16 KV cache's keys), each converted
+     * exactly to fp32 before the same multiply-adds: equal to dot_f32 on the converted rows */
+    void (*dot_f16)(int n, const uint16_t *const *w, int nw, const float *const *x, int nx,
+                    float *out);
     /* int8 rows: weight w[i][k] * scale[i] */
     void (*dot_q8)(int n, const int8_t *const *w, const float *scale, int nw,
                    const float *const *x, int nx, float *out);
@@ -68,8 +72,6 @@ struct Kernels {
                           float *out, int64_t ldo);
     void (*dot_q4_packed)(int n_blocks, const uint8_t *w, const QAct *const *x, int nx,
                           float *out, int64_t ldo);
-    /* y[i] += a[j] * x[j][i] for j = 0..m-1 in order (m = 1..4 rows: y stays in registers) */
-    void (*axpy)(int n, int m, const float *a, const float *const *x, float *y);
     /* y[r][i] = sum_j a[r][j] * x[j * ld + i] for i < n, j = 0..m-1 in order, r < R (any m >= 0,
      * R = 1..VECMAT_MAX_ROWS row vectors times one row-major (m, n) matrix of row stride ld):
      * attention's scores against keys transposed to (head_dim, keys) and its sum of values
@@ -77,6 +79,10 @@ struct Kernels {
      * loaded serves all R rows, and a row's result does not depend on R */
     void (*vecmat)(int n, int m, const float *const *a, int R, const float *x, int64_t ld,
                    float *const *y);
+    /* vecmat with x in IEEE half precision (an f16 KV cache's values), converted exactly:
+     * equal to vecmat on the converted matrix */
+    void (*vecmat_f16)(int n, int m, const float *const *a, int R, const uint16_t *x, int64_t ld,
+                       float *const *y);
     /* x[i] = softmax(scale * x)[i], i < n >= 1 (attention's probabilities from raw scores: the
      * SIMD sets use the silu_mul exp polynomial and fp32 lane sums, the scalar set expf and a
      * double sum) */
@@ -90,6 +96,12 @@ struct Kernels {
      * the columns of y): attention's keys into their (head_dim, keys) layout. Copies only, so
      * every set gives the same y */
     void (*transpose)(int n, int m, const float *const *x, float *y, int64_t ldy);
+    /* y[i] = x[i] for i < n, IEEE half -> single (exact): the f16 KV cache read back */
+    void (*f16_to_f32)(int n, const uint16_t *x, float *y);
+    /* y[i] = x[i] rounded to half precision, nearest even (|x| past 65504 -> inf; what F16C's
+     * vcvtps2ph does): the f16 KV cache's writes. Every set gives the same bits but for NaN
+     * payloads */
+    void (*f32_to_f16)(int n, const float *x, uint16_t *y);
 };
 
 /* The scalar quantize_q8_0 (the reference; also the AVX2 and NEON sets'). */
@@ -99,6 +111,12 @@ void quantize_q8_0_scalar(int n_blocks, const float *x, int8_t *q, float *d);
 void vecmat_scalar(int n, int m, const float *const *a, int R, const float *x, int64_t ld,
                    float *const *y);
 
+/* The scalar dot_f16 and vecmat_f16 (the references; also the NEON set's). */
+void dot_f16_scalar(int n, const uint16_t *const *w, int nw, const float *const *x, int nx,
+                    float *out);
+void vecmat_f16_scalar(int n, int m, const float *const *a, int R, const uint16_t *x, int64_t ld,
+                       float *const *y);
+
 /* The scalar softmax (the reference; also the NEON set's). */
 void softmax_scalar(int n, float scale, float *x);
 
@@ -107,6 +125,10 @@ void transpose_scalar(int n, int m, const float *const *x, float *y, int64_t ldy
 
 /* The scalar silu_mul (expf; also the NEON set's). */
 void silu_mul_scalar(int n, float *g, const float *u);
+
+/* The scalar f16 <-> f32 conversions (the reference; also the NEON set's). */
+void f16_to_f32_scalar(int n, const uint16_t *x, float *y);
+void f32_to_f16_scalar(int n, const float *x, uint16_t *y);
 
 /* IEEE half precision <-> fp32, round to nearest even (what F16C's vcvtps2ph and numpy's
  * astype(float16) do); the packed int4 scales are stored as fp16. */

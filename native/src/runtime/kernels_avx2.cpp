@@ -26,7 +26,16 @@ AVX2 static INLINE __m256 q4_to_f32_avx2(__m128i c, __m256 scale) {
     return _mm256_mul_ps(_mm256_cvtepi32_ps(v), scale);
 }
 
-AVX2 static INLINE void f32_avx2(int n, const float *const *w, const float *const *x, float *out,
+/* 8 fp32 values, or 8 IEEE half ones converted exactly (F16C) */
+AVX2 static INLINE __m256 load8(const float *p) { return _mm256_loadu_ps(p); }
+AVX2 static INLINE __m256 load8(const uint16_t *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+static inline float to_f32(float v) { return v; }
+static inline float to_f32(uint16_t h) { return f32_from_fp16(h); }
+
+template <typename W>
+AVX2 static INLINE void f32_avx2(int n, const W *const *w, const float *const *x, float *out,
                                  const int NW, const int NX) {
     __m256 acc[4][4];
     #pragma GCC unroll 4
@@ -40,7 +49,7 @@ AVX2 static INLINE void f32_avx2(int n, const float *const *w, const float *cons
         for (int r = 0; r < NX; r++) xv[r] = _mm256_loadu_ps(x[r] + k);
         #pragma GCC unroll 4
         for (int i = 0; i < NW; i++) {
-            __m256 wv = _mm256_loadu_ps(w[i] + k);
+            __m256 wv = load8(w[i] + k);
             #pragma GCC unroll 4
             for (int r = 0; r < NX; r++) acc[i][r] = _mm256_fmadd_ps(wv, xv[r], acc[i][r]);
         }
@@ -50,7 +59,7 @@ AVX2 static INLINE void f32_avx2(int n, const float *const *w, const float *cons
         #pragma GCC unroll 4
         for (int r = 0; r < NX; r++) {
             float s = hsum256(acc[i][r]);
-            for (int j = k; j < n; j++) s += w[i][j] * x[r][j];
+            for (int j = k; j < n; j++) s += to_f32(w[i][j]) * x[r][j];
             out[i * 4 + r] = s;
         }
     }
@@ -124,8 +133,9 @@ AVX2 static INLINE void q4_avx2(int n, int group, const uint8_t *const *w,
 
 /* Block shapes: 2x4 (8 accumulators fit the 16 ymm registers), 4x1, 4x2 (attention: 4 keys x
  * 2 query heads of a GQA group), 1x4, 1x1. */
-AVX2 static void dot_f32_avx2(int n, const float *const *w, int nw, const float *const *x, int nx,
-                              float *out) {
+template <typename W>
+AVX2 static void dot_avx2(int n, const W *const *w, int nw, const float *const *x, int nx,
+                          float *out) {
     if (nw == 4 && nx == 4) {
         f32_avx2(n, w, x, out, 2, 4);
         f32_avx2(n, w + 2, x, out + 8, 2, 4);
@@ -268,36 +278,21 @@ AVX2 void dot_q4_packed_avx2(int n_blocks, const uint8_t *w, const QAct *const *
     PACKED_SWITCH(q4_packed_avx2, n_blocks, w, x, out, ldo, 1)
 }
 
-AVX2 static void axpy_avx2(int n, int m, const float *a, const float *const *x, float *y) {
-    int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 acc = _mm256_loadu_ps(y + i);
-        for (int j = 0; j < m; j++) {
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(a[j]), _mm256_loadu_ps(x[j] + i), acc);
-        }
-        _mm256_storeu_ps(y + i, acc);
-    }
-    for (; i < n; i++) {
-        float acc = y[i];
-        for (int j = 0; j < m; j++) acc = fmaf(a[j], x[j][i], acc);
-        y[i] = acc;
-    }
-}
-
 /* vecmat of one row vector: 4 vectors of y (32 columns) in registers over all m rows, then 8
  * columns, then a scalar tail; each column's sum runs over j in order. */
-AVX2 static void vecmat_row_avx2(int n, int m, const float *a, const float *x, int64_t ld,
+template <typename X>
+AVX2 static void vecmat_row_avx2(int n, int m, const float *a, const X *x, int64_t ld,
                                  float *y) {
     int i = 0;
     for (; i + 32 <= n; i += 32) {
         __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
         for (int j = 0; j < m; j++) {
             const __m256 aj = _mm256_set1_ps(a[j]);
-            const float *xr = x + j * ld + i;
-            c0 = _mm256_fmadd_ps(aj, _mm256_loadu_ps(xr), c0);
-            c1 = _mm256_fmadd_ps(aj, _mm256_loadu_ps(xr + 8), c1);
-            c2 = _mm256_fmadd_ps(aj, _mm256_loadu_ps(xr + 16), c2);
-            c3 = _mm256_fmadd_ps(aj, _mm256_loadu_ps(xr + 24), c3);
+            const X *xr = x + j * ld + i;
+            c0 = _mm256_fmadd_ps(aj, load8(xr), c0);
+            c1 = _mm256_fmadd_ps(aj, load8(xr + 8), c1);
+            c2 = _mm256_fmadd_ps(aj, load8(xr + 16), c2);
+            c3 = _mm256_fmadd_ps(aj, load8(xr + 24), c3);
         }
         _mm256_storeu_ps(y + i, c0);
         _mm256_storeu_ps(y + i + 8, c1);
@@ -307,20 +302,21 @@ AVX2 static void vecmat_row_avx2(int n, int m, const float *a, const float *x, i
     for (; i + 8 <= n; i += 8) {
         __m256 c = _mm256_setzero_ps();
         for (int j = 0; j < m; j++) {
-            c = _mm256_fmadd_ps(_mm256_set1_ps(a[j]), _mm256_loadu_ps(x + j * ld + i), c);
+            c = _mm256_fmadd_ps(_mm256_set1_ps(a[j]), load8(x + j * ld + i), c);
         }
         _mm256_storeu_ps(y + i, c);
     }
     for (; i < n; i++) {
         float acc = 0.0f;
-        for (int j = 0; j < m; j++) acc = fmaf(a[j], x[j * ld + i], acc);
+        for (int j = 0; j < m; j++) acc = fmaf(a[j], to_f32(x[j * ld + i]), acc);
         y[i] = acc;
     }
 }
 
 /* vecmat: one row vector at a time (16 ymm registers leave no room for several rows' 4-vector
  * blocks) */
-AVX2 static void vecmat_avx2(int n, int m, const float *const *a, int R, const float *x,
+template <typename X>
+AVX2 static void vecmat_avx2(int n, int m, const float *const *a, int R, const X *x,
                              int64_t ld, float *const *y) {
     for (int r = 0; r < R; r++) vecmat_row_avx2(n, m, a[r], x, ld, y[r]);
 }
@@ -391,11 +387,30 @@ AVX2 static void softmax_avx2(int n, float scale, float *x) {
     for (; i < n; i++) x[i] *= 1.0f / sum;
 }
 
-static const Kernels AVX2_SET = {"avx2",      dot_f32_avx2,       dot_q8_avx2,
+/* F16C, 8 values at a time, the tail by the scalar reference (the same bits) */
+AVX2 static void f16_to_f32_avx2(int n, const uint16_t *x, float *y) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))));
+    }
+    f16_to_f32_scalar(n - i, x + i, y + i);
+}
+
+AVX2 static void f32_to_f16_avx2(int n, const float *x, uint16_t *y) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        _mm_storeu_si128((__m128i *)(y + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    }
+    f32_to_f16_scalar(n - i, x + i, y + i);
+}
+
+static const Kernels AVX2_SET = {"avx2",      dot_avx2<float>,    dot_avx2<uint16_t>, dot_q8_avx2,
                                  dot_q4_avx2, dot_q8_packed_avx2, dot_q4_packed_avx2,
-                                 axpy_avx2,   vecmat_avx2,        softmax_avx2,
+                                 vecmat_avx2<float>, vecmat_avx2<uint16_t>, softmax_avx2,
                                  quantize_q8_0_scalar,            silu_mul_avx2,
-                                 transpose_scalar};
+                                 transpose_scalar,                f16_to_f32_avx2,
+                                 f32_to_f16_avx2};
 
 const Kernels *kernels_avx2() {
     __builtin_cpu_init();

@@ -12,7 +12,16 @@ AVX512 static INLINE __mmask16 tail_mask(int left) {
     return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
 }
 
-AVX512 static INLINE void f32_avx512(int n, const float *const *w, const float *const *x,
+/* the lanes of k of 16 fp32 values, or of 16 IEEE half ones converted exactly (the others 0) */
+AVX512 static INLINE __m512 load16(const float *p, __mmask16 k) {
+    return _mm512_maskz_loadu_ps(k, p);
+}
+AVX512 static INLINE __m512 load16(const uint16_t *p, __mmask16 k) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, p));
+}
+
+template <typename W>
+AVX512 static INLINE void f32_avx512(int n, const W *const *w, const float *const *x,
                                      float *out, const int NW, const int NX) {
     __m512 acc[4][4];
     #pragma GCC unroll 4
@@ -26,7 +35,7 @@ AVX512 static INLINE void f32_avx512(int n, const float *const *w, const float *
         for (int r = 0; r < NX; r++) xv[r] = _mm512_maskz_loadu_ps(mk, x[r] + k);
         #pragma GCC unroll 4
         for (int i = 0; i < NW; i++) {
-            __m512 wv = _mm512_maskz_loadu_ps(mk, w[i] + k);
+            __m512 wv = load16(w[i] + k, mk);
             #pragma GCC unroll 4
             for (int r = 0; r < NX; r++) acc[i][r] = _mm512_fmadd_ps(wv, xv[r], acc[i][r]);
         }
@@ -106,8 +115,9 @@ AVX512 static INLINE void q4_avx512(int n, int group, const uint8_t *const *w,
 }
 
 /* Block shapes: 4x4 (16 accumulators of the 32 zmm registers), 4x1, 4x2, 4x3, 1x4, 1x1. */
-AVX512 static void dot_f32_avx512(int n, const float *const *w, int nw, const float *const *x,
-                                  int nx, float *out) {
+template <typename W>
+AVX512 static void dot_avx512(int n, const W *const *w, int nw, const float *const *x, int nx,
+                              float *out) {
     if (nw == 4 && nx == 4) f32_avx512(n, w, x, out, 4, 4);
     else if (nw == 4 && nx == 1) f32_avx512(n, w, x, out, 4, 1);
     else if (nw == 4 && nx == 2) f32_avx512(n, w, x, out, 4, 2);
@@ -147,17 +157,6 @@ AVX512 static void dot_q4_avx512(int n, int group, const uint8_t *const *w,
     }
 }
 
-AVX512 static void axpy_avx512(int n, int m, const float *a, const float *const *x, float *y) {
-    for (int i = 0; i < n; i += 16) {
-        __mmask16 mk = tail_mask(n - i);
-        __m512 acc = _mm512_maskz_loadu_ps(mk, y + i);
-        for (int j = 0; j < m; j++) {
-            acc = _mm512_fmadd_ps(_mm512_set1_ps(a[j]), _mm512_maskz_loadu_ps(mk, x[j] + i), acc);
-        }
-        _mm512_mask_storeu_ps(y + i, mk, acc);
-    }
-}
-
 /* lanes of a 16-float vector still inside a row of `left` columns (0 when left <= 0) */
 AVX512 static INLINE __mmask16 left_mask(int left) {
     if (left <= 0) return 0;
@@ -167,8 +166,9 @@ AVX512 static INLINE __mmask16 left_mask(int left) {
 /* vecmat block: NV (1..4) vectors of y (columns i .. i + 16 NV, the last ones masked by k) of
  * R (1..4) rows in registers over all m rows of x: each x vector is loaded once for the R rows,
  * and R * NV independent FMA chains hide the FMA latency. */
+template <typename X>
 AVX512 static INLINE void vecmat_block_avx512(int i, const __mmask16 *k, int m,
-                                              const float *const *a, const float *x, int64_t ld,
+                                              const float *const *a, const X *x, int64_t ld,
                                               float *const *y, const int R, const int NV) {
     __m512 c[VECMAT_MAX_ROWS][4];
     #pragma GCC unroll 4
@@ -176,10 +176,10 @@ AVX512 static INLINE void vecmat_block_avx512(int i, const __mmask16 *k, int m,
         #pragma GCC unroll 4
         for (int v = 0; v < NV; v++) c[r][v] = _mm512_setzero_ps();
     for (int j = 0; j < m; j++) {
-        const float *xr = x + j * ld + i;
+        const X *xr = x + j * ld + i;
         __m512 xv[4];
         #pragma GCC unroll 4
-        for (int v = 0; v < NV; v++) xv[v] = _mm512_maskz_loadu_ps(k[v], xr + 16 * v);
+        for (int v = 0; v < NV; v++) xv[v] = load16(xr + 16 * v, k[v]);
         #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const __m512 aj = _mm512_set1_ps(a[r][j]);
@@ -203,7 +203,8 @@ AVX512 static INLINE void vecmat_block_avx512(int i, const __mmask16 *k, int m,
 
 /* vecmat: blocks of 64 columns, the last one only as many vectors as columns are left (the
  * scores of a row with few keys), each column's sum over j in order as in the scalar set. */
-AVX512 static void vecmat_avx512(int n, int m, const float *const *a, int R, const float *x,
+template <typename X>
+AVX512 static void vecmat_avx512(int n, int m, const float *const *a, int R, const X *x,
                                  int64_t ld, float *const *y) {
     for (int i = 0; i < n; i += 64) {
         const __mmask16 k[4] = {left_mask(n - i), left_mask(n - i - 16), left_mask(n - i - 32),
@@ -499,18 +500,34 @@ AVX512 static void transpose_avx512(int n, int m, const float *const *x, float *
     }
 }
 
+/* 16 values at a time, the tail masked */
+AVX512 static void f16_to_f32_avx512(int n, const uint16_t *x, float *y) {
+    for (int i = 0; i < n; i += 16) {
+        const __mmask16 k = tail_mask(n - i);
+        _mm512_mask_storeu_ps(y + i, k, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, x + i)));
+    }
+}
+
+AVX512 static void f32_to_f16_avx512(int n, const float *x, uint16_t *y) {
+    for (int i = 0; i < n; i += 16) {
+        const __mmask16 k = tail_mask(n - i);
+        const __m256i h = _mm512_cvtps_ph(_mm512_maskz_loadu_ps(k, x + i), _MM_FROUND_TO_NEAREST_INT);
+        _mm256_mask_storeu_epi16(y + i, k, h);
+    }
+}
+
 /* AVX-512 without VNNI: the AVX2 integer dots (AVX-512BW implies AVX2). */
-static const Kernels AVX512_SET = {"avx512",      dot_f32_avx512,     dot_q8_avx512,
+static const Kernels AVX512_SET = {"avx512",      dot_avx512<float>, dot_avx512<uint16_t>, dot_q8_avx512,
                                    dot_q4_avx512, dot_q8_packed_avx2, dot_q4_packed_avx2,
-                                   axpy_avx512,   vecmat_avx512,      softmax_avx512,
+                                   vecmat_avx512<float>, vecmat_avx512<uint16_t>, softmax_avx512,
                                    quantize_q8_0_avx512,              silu_mul_avx512,
-                                   transpose_avx512};
+                                   transpose_avx512,  f16_to_f32_avx512, f32_to_f16_avx512};
 /* Same name: VNNI only changes how the int8/int4 dots are done. */
-static const Kernels AVX512_VNNI_SET = {"avx512",      dot_f32_avx512,     dot_q8_avx512,
+static const Kernels AVX512_VNNI_SET = {"avx512",      dot_avx512<float>, dot_avx512<uint16_t>, dot_q8_avx512,
                                         dot_q4_avx512, dot_q8_packed_vnni, dot_q4_packed_vnni,
-                                        axpy_avx512,   vecmat_avx512,      softmax_avx512,
+                                        vecmat_avx512<float>, vecmat_avx512<uint16_t>, softmax_avx512,
                                         quantize_q8_0_avx512,              silu_mul_avx512,
-                                        transpose_avx512};
+                                        transpose_avx512,  f16_to_f32_avx512, f32_to_f16_avx512};
 
 const Kernels *kernels_avx512() {
     __builtin_cpu_init();

@@ -70,25 +70,12 @@ static void dot_q4_neon(int n, int group, const uint8_t *const *w, const float *
     }
 }
 
-static void axpy_neon(int n, int m, const float *a, const float *const *x, float *y) {
-    int i = 0;
-    for (; i + 4 <= n; i += 4) {
-        float32x4_t acc = vld1q_f32(y + i);
-        for (int j = 0; j < m; j++) acc = vfmaq_n_f32(acc, vld1q_f32(x[j] + i), a[j]);
-        vst1q_f32(y + i, acc);
-    }
-    for (; i < n; i++) {
-        float acc = y[i];
-        for (int j = 0; j < m; j++) acc += a[j] * x[j][i];
-        y[i] = acc;
-    }
-}
-
-static const Kernels NEON_SET = {"neon",        dot_f32_neon,   dot_q8_neon,
+static const Kernels NEON_SET = {"neon",        dot_f32_neon,   dot_f16_scalar, dot_q8_neon,
                                  dot_q4_neon,   nullptr,        nullptr,
-                                 axpy_neon,     vecmat_scalar,  softmax_scalar,
+                                 vecmat_scalar, vecmat_f16_scalar, softmax_scalar,
                                  quantize_q8_0_scalar,          silu_mul_scalar,
-                                 transpose_scalar};
+                                 transpose_scalar,              f16_to_f32_scalar,
+                                 f32_to_f16_scalar};
 
 const Kernels *kernels_neon() { return &NEON_SET; }
 

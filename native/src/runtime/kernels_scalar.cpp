@@ -6,15 +6,29 @@
 
 namespace ats {
 
-static void dot_f32(int n, const float *const *w, int nw, const float *const *x, int nx,
-                    float *out) {
+/* an fp32 value, or an IEEE half one converted exactly */
+static inline float to_f32(float v) { return v; }
+static inline float to_f32(uint16_t h) { return f32_from_fp16(h); }
+
+template <typename W>
+static void dot(int n, const W *const *w, int nw, const float *const *x, int nx, float *out) {
     for (int i = 0; i < nw; i++) {
         for (int r = 0; r < nx; r++) {
             float acc = 0.0f;
-            for (int k = 0; k < n; k++) acc += w[i][k] * x[r][k];
+            for (int k = 0; k < n; k++) acc += to_f32(w[i][k]) * x[r][k];
             out[i * 4 + r] = acc;
         }
     }
+}
+
+static void dot_f32(int n, const float *const *w, int nw, const float *const *x, int nx,
+                    float *out) {
+    dot(n, w, nw, x, nx, out);
+}
+
+void dot_f16_scalar(int n, const uint16_t *const *w, int nw, const float *const *x, int nx,
+                    float *out) {
+    dot(n, w, nw, x, nx, out);
 }
 
 static void dot_q8(int n, const int8_t *const *w, const float *scale, int nw,
@@ -133,27 +147,30 @@ void quantize_q8_0_scalar(int n_blocks, const float *x, int8_t *q, float *d) {
     }
 }
 
-static void axpy(int n, int m, const float *a, const float *const *x, float *y) {
-    for (int i = 0; i < n; i++) {
-        float acc = y[i];
-        for (int j = 0; j < m; j++) acc += a[j] * x[j][i];
-        y[i] = acc;
-    }
-}
-
 void silu_mul_scalar(int n, float *g, const float *u) {
     for (int i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
-void vecmat_scalar(int n, int m, const float *const *a, int R, const float *x, int64_t ld,
+template <typename X>
+static void vecmat(int n, int m, const float *const *a, int R, const X *x, int64_t ld,
                    float *const *y) {
     for (int r = 0; r < R; r++) {
         for (int i = 0; i < n; i++) {
             float acc = 0.0f;
-            for (int j = 0; j < m; j++) acc = fmaf(a[r][j], x[j * ld + i], acc);
+            for (int j = 0; j < m; j++) acc = fmaf(a[r][j], to_f32(x[j * ld + i]), acc);
             y[r][i] = acc;
         }
     }
+}
+
+void vecmat_scalar(int n, int m, const float *const *a, int R, const float *x, int64_t ld,
+                   float *const *y) {
+    vecmat(n, m, a, R, x, ld, y);
+}
+
+void vecmat_f16_scalar(int n, int m, const float *const *a, int R, const uint16_t *x, int64_t ld,
+                       float *const *y) {
+    vecmat(n, m, a, R, x, ld, y);
 }
 
 void softmax_scalar(int n, float scale, float *x) {
@@ -177,11 +194,20 @@ void transpose_scalar(int n, int m, const float *const *x, float *y, int64_t ldy
     }
 }
 
-static const Kernels SCALAR = {"scalar",      dot_f32,       dot_q8,
+void f16_to_f32_scalar(int n, const uint16_t *x, float *y) {
+    for (int i = 0; i < n; i++) y[i] = f32_from_fp16(x[i]);
+}
+
+void f32_to_f16_scalar(int n, const float *x, uint16_t *y) {
+    for (int i = 0; i < n; i++) y[i] = fp16_from_f32(x[i]);
+}
+
+static const Kernels SCALAR = {"scalar",      dot_f32,       dot_f16_scalar, dot_q8,
                                dot_q4,        dot_q8_packed, dot_q4_packed,
-                               axpy,          vecmat_scalar, softmax_scalar,
+                               vecmat_scalar, vecmat_f16_scalar, softmax_scalar,
                                quantize_q8_0_scalar,         silu_mul_scalar,
-                               transpose_scalar};
+                               transpose_scalar,             f16_to_f32_scalar,
+                               f32_to_f16_scalar};
 
 const Kernels *kernels_scalar() { return &SCALAR; }
 

@@ -1,5 +1,6 @@
-/* The KV cache behind ats_session: per layer, keys and values (n_seq, n_kv_head, max_len, hd)
- * (a kv head's keys consecutive: decode attention streams them) and a validity byte per slot (a
+/* The KV cache behind ats_session: per layer, keys and values (n_seq, n_kv_head, max_len, hd),
+ * float or half precision (the model's kv_cache; a kv head's keys consecutive: decode attention
+ * streams them) and a validity byte per slot (a
  * MoD layer leaves the slots of tokens it skipped invalid, so later tokens never attend to keys
  * that were never computed). */
 #include <string.h>
@@ -45,15 +46,16 @@ ats_session *ats_session_init(ats_model *m, int32_t n_seq, int32_t max_len, char
         const size_t slots = (size_t)n_seq * (size_t)max_len;
         const size_t kv = slots * (size_t)(m->cfg.n_kv_head * m->cfg.head_dim);
         const size_t n_layer = (size_t)m->cfg.n_layer;
-        s->kv = huge_alloc(2 * n_layer * kv * sizeof(float));
-        float *base = (float *)s->kv.get();
-        memset(base, 0, 2 * n_layer * kv * sizeof(float));
+        const size_t elem = m->kv_f16 ? sizeof(uint16_t) : sizeof(float);
+        s->kv = huge_alloc(2 * n_layer * kv * elem);
+        uint8_t *base = (uint8_t *)s->kv.get();
+        memset(base, 0, 2 * n_layer * kv * elem);
         s->k.resize(n_layer);
         s->v.resize(n_layer);
         s->valid.resize(n_layer);
         for (size_t l = 0; l < n_layer; l++) {
-            s->k[l] = base + (2 * l) * kv;
-            s->v[l] = base + (2 * l + 1) * kv;
+            s->k[l] = base + (2 * l) * kv * elem;
+            s->v[l] = base + (2 * l + 1) * kv * elem;
             s->valid[l].assign(slots, 0);
         }
         return s.release();

@@ -63,6 +63,15 @@ static ats_model *model_init(const ats_model_params *p, std::string *err) {
         *err = "unknown device '" + device + "' (expected 'cpu' or 'cuda')";
         return nullptr;
     }
+    const std::string kv_cache = p->kv_cache ? p->kv_cache : "f32";
+    if (kv_cache != "f32" && kv_cache != "f16") {
+        *err = "unknown kv_cache '" + kv_cache + "' (expected 'f32' or 'f16')";
+        return nullptr;
+    }
+    if (kv_cache == "f16" && device == "cuda") {
+        *err = "kv_cache 'f16' is for the CPU: the CUDA backend keeps its KV cache in f32";
+        return nullptr;
+    }
     if (device == "cuda" && !cuda_built()) {
         CudaModel *none = nullptr;
         cuda_model_init(nullptr, &none, err); /* the message saying how to build with CUDA */
@@ -95,6 +104,7 @@ static ats_model *model_init(const ats_model_params *p, std::string *err) {
         return nullptr;
     }
     m->device = device;
+    m->kv_f16 = kv_cache == "f16";
     /* the CPU's repacked copies serve the CPU kernels only; the GPU takes the loaded layout */
     bool ok = device == "cuda" ? cuda_model_init(m.get(), &m->cuda, err)
                                : weights_repack(m.get(), err);
@@ -188,6 +198,7 @@ int32_t ats_model_max_seq_len(const ats_model *m) { return (int32_t)m->cfg.max_s
 const char *ats_model_config_json(const ats_model *m) { return m->config_text.c_str(); }
 const char *ats_model_kernels(const ats_model *m) { return m->cuda ? "cuda" : m->kernels->name; }
 const char *ats_model_device(const ats_model *m) { return m->device.c_str(); }
+const char *ats_model_kv_cache(const ats_model *m) { return m->kv_f16 ? "f16" : "f32"; }
 const char *ats_model_weight_format(const ats_model *m) { return m->weight_format.c_str(); }
 
 int ats_session_forward(ats_session *s, const int32_t *const *ids, const int32_t *n_new,

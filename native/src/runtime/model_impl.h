@@ -71,6 +71,7 @@ struct ats_model {
     std::unique_ptr<ats::ThreadPool> pool;
     const ats::Kernels *kernels;
     std::string device = "cpu";     /* cpu | cuda */
+    bool kv_f16 = false;            /* sessions keep keys and values in half precision */
     ats::CudaModel *cuda = nullptr; /* device cuda: the GPU copy (src/cuda/backend.h) */
 };
 

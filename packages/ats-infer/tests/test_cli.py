@@ -75,16 +75,26 @@ def test_bad_input_exits_with_one_line(dense_dir, tmp_path, ats_infer) -> None:
     assert_one_line_error(
         ats_infer("generate", tmp_path / "nowhere", "--prompt", "x"), "not a model directory"
     )
+    assert_one_line_error(
+        ats_infer("generate", dense_dir, "--prompt", "x", "--engine", "torch", "--kv-cache", "f16"),
+        "--kv-cache f16 is the native engine's",
+    )
     usage = ats_infer("quantize", dense_dir, "--bits", "3", "--out", tmp_path / "q")
     assert usage.returncode == 2 and "invalid choice: 3" in usage.stderr
+    usage = ats_infer("generate", dense_dir, "--prompt", "x", "--kv-cache", "bf16")
+    assert usage.returncode == 2 and "invalid choice: 'bf16'" in usage.stderr
 
 
-@pytest.mark.parametrize("engine", ["torch", "native"])
+@pytest.mark.parametrize("engine", ["torch", "native", "native-f16"])
 def test_generate_is_greedy_and_engines_agree(trained_dense_dir, engine, ats_infer) -> None:
-    if engine == "native":
+    """The native engine, with either KV cache (f16: keys and values rounded to half precision,
+    which leaves this trained model's greedy choices as they are), continues as torch does."""
+    options = ["--engine", engine]
+    if engine.startswith("native"):
         pytest.importorskip("ats_native")
+        options = ["--engine", "native", "--kv-cache", "f16" if engine == "native-f16" else "f32"]
     args = ["generate", trained_dense_dir, "--prompt", "def f(x):\n", "--temperature", "0"]
-    result = ats_infer(*args, "--max-new-tokens", "16", "--engine", engine, "--threads", "1")
+    result = ats_infer(*args, "--max-new-tokens", "16", *options, "--threads", "1")
     assert result.returncode == 0, result.stderr
     again = ats_infer(*args, "--max-new-tokens", "16", "--engine", "torch")
     assert result.stdout == again.stdout and result.stdout.strip()

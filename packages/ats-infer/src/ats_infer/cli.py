@@ -24,7 +24,7 @@ from ats_infer.gguf_export import OUTTYPES, export_gguf
 from ats_infer.perplexity import DEFAULT_MAX_TOKENS, DEFAULT_VAL_FRACTION, eval_ppl
 from ats_infer.quant_spec import GROUP_SIZES, QUANT_METHODS
 from ats_infer.quantize import quantize_model_dir
-from ats_infer.serve.cli_args import add_serve_parser
+from ats_infer.serve.cli_args import add_kv_cache_argument, add_serve_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="cpu, cuda (native engine: a build with ATS_CUDA=ON), or a torch device",
     )
     gen.add_argument("--adapter", default=None, help="adapter directory (torch engine)")
+    add_kv_cache_argument(gen)
 
     chat = commands.add_parser("chat", help="chat with a model in the terminal (ChatML)")
     chat.add_argument("model_dir", help="model directory whose tokenizer has the ChatML tokens")
@@ -66,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="cpu",
         help="cpu, cuda (native engine: a build with ATS_CUDA=ON), or a torch device",
     )
+    add_kv_cache_argument(chat)
 
     canary = commands.add_parser("canary", help="check a model for documented canary pairs")
     canary.add_argument("action", choices=("verify",))
@@ -134,7 +136,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _generate(args: argparse.Namespace) -> None:
     engine = load_engine(
-        args.model_dir, args.engine, device=args.device, threads=args.threads, adapter=args.adapter
+        args.model_dir,
+        args.engine,
+        device=args.device,
+        threads=args.threads,
+        adapter=args.adapter,
+        kv_cache=args.kv_cache,
     )
     for piece in engine.generate(
         args.prompt,
@@ -154,7 +161,12 @@ def _chat(args: argparse.Namespace) -> None:
     from ats_infer.terminal_chat import ChatSession, require_chat_tokens, run_chat
 
     engine = load_engine(
-        args.model_dir, args.engine, device=args.device, threads=args.threads, adapter=args.adapter
+        args.model_dir,
+        args.engine,
+        device=args.device,
+        threads=args.threads,
+        adapter=args.adapter,
+        kv_cache=args.kv_cache,
     )
     require_chat_tokens(engine, args.model_dir)
     sampling = {

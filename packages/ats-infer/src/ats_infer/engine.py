@@ -25,6 +25,9 @@ from ats_infer.tensor_files import path_kind, require_model_dir
 log = logging.getLogger("ats_infer")
 
 ENGINES = ("auto", "native", "torch")
+# the native engine's KV cache element types (ats_native.Model's kv_cache): f16 halves the cache's
+# memory and decode attention's reads
+KV_CACHES = ("f32", "f16")
 
 
 class Engine(Protocol):
@@ -104,9 +107,13 @@ def load_engine(
     device: str = "cpu",
     threads: int = 0,
     adapter: str | Path | None = None,
+    kv_cache: str = "f32",
 ) -> Engine:
     """An engine over `model_dir`; `threads` = compute threads (0 = all cores / torch default);
-    `adapter` an adapter directory applied on the torch engine (module docstring)."""
+    `adapter` an adapter directory applied on the torch engine (module docstring); `kv_cache`
+    "f32" or "f16", the native engine's KV cache type (ats_native.Model)."""
+    if kv_cache not in KV_CACHES:
+        raise ValueError(f"kv_cache {kv_cache!r}: expected one of {', '.join(KV_CACHES)}")
     model_dir = Path(model_dir)
     require_model_dir(model_dir)
     if adapter is not None:
@@ -118,7 +125,12 @@ def load_engine(
             raise ValueError(f"device {device!r}: the native engine runs on 'cpu' or 'cuda'")
         from ats_infer.native_engine import NativeEngine
 
-        return NativeEngine(model_dir, threads=threads, device=device)
+        return NativeEngine(model_dir, threads=threads, device=device, kv_cache=kv_cache)
+    if kv_cache != "f32":
+        raise ValueError(
+            f"--kv-cache {kv_cache} is the native engine's: the torch engine keeps its KV cache in "
+            "the model's dtype"
+        )
     # The native loader checks the directory itself; the torch engine's is checked here, as
     # quantize and export-gguf check theirs, before ats-model builds anything from config.json.
     if path_kind(model_dir / QUANTO_FILE) == "missing" and open_model_dir(model_dir).quantization:

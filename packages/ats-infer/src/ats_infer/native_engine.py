@@ -14,14 +14,19 @@ from ats_infer.text_stream import encode_prompt, stream_text
 
 
 class NativeEngine:
-    def __init__(self, model_dir: Path, threads: int = 0, device: str = "cpu") -> None:
+    def __init__(
+        self, model_dir: Path, threads: int = 0, device: str = "cpu", kv_cache: str = "f32"
+    ) -> None:
         check_threads(threads)
         tokenizer_path = model_dir / TOKENIZER_FILE
         if not tokenizer_path.is_file():
             raise FileNotFoundError(f"{model_dir}: no {TOKENIZER_FILE} beside the weights")
         self.tokenizer = Tokenizer.load(tokenizer_path)
-        # device "cuda": the native runtime's CUDA backend (a build with ATS_CUDA=ON)
-        self.model = ats_native.Model(str(model_dir), threads=threads, device=device)
+        # device "cuda": the native runtime's CUDA backend (a build with ATS_CUDA=ON); kv_cache
+        # "f16": keys and values kept in half precision (CPU)
+        self.model = ats_native.Model(
+            str(model_dir), threads=threads, device=device, kv_cache=kv_cache
+        )
         self.vocab_size: int = self.model.vocab_size
         self.max_seq_len: int = self.model.config["max_seq_len"]
 

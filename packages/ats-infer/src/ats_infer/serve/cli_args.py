@@ -1,7 +1,7 @@
 """The `serve` subcommand's arguments (no server dependency imported: `ats-infer --help` works
 without the serve extra)."""
 
-from ats_infer.engine import ENGINES
+from ats_infer.engine import ENGINES, KV_CACHES
 
 
 def add_serve_parser(commands) -> None:
@@ -20,6 +20,7 @@ def add_serve_parser(commands) -> None:
     p.add_argument("--adapter", default=None, help="adapter directory (torch engine)")
     p.add_argument("--threads", type=int, default=0, help="compute threads (0 = all cores)")
     p.add_argument("--slots", type=int, default=8, help="requests decoded together")
+    add_kv_cache_argument(p)
     p.add_argument(
         "--model-name", default=None, help="the name clients ask for (default: dir name)"
     )
@@ -33,3 +34,13 @@ def add_serve_parser(commands) -> None:
     p.add_argument("--request-timeout", type=float, default=600.0, help="seconds")
     p.add_argument("--max-body-bytes", type=int, default=1 << 20)
     p.add_argument("--shutdown-timeout", type=float, default=30.0, help="seconds")
+
+
+def add_kv_cache_argument(parser) -> None:
+    """--kv-cache, shared by serve, generate and chat."""
+    parser.add_argument(
+        "--kv-cache",
+        choices=KV_CACHES,
+        default="f32",
+        help="native engine's KV cache type: f16 halves its memory and decode attention's reads",
+    )

@@ -38,6 +38,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         engine=args.engine,
         device=args.device,
         threads=args.threads,
+        kv_cache=args.kv_cache,
         slots=args.slots,
         max_queue=args.max_queue,
         prefill_chunk=args.prefill_chunk,
@@ -52,7 +53,12 @@ def load_model(state: ServerState) -> None:
     """The engine, its batch and the scheduler thread; then the server is ready."""
     s = state.settings
     engine = load_engine(
-        s.model_dir, s.engine, device=s.device, threads=s.threads, adapter=s.adapter
+        s.model_dir,
+        s.engine,
+        device=s.device,
+        threads=s.threads,
+        adapter=s.adapter,
+        kv_cache=s.kv_cache,
     )
     state.engine = engine
     state.tokenizer = engine.tokenizer

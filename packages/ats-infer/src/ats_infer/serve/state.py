@@ -19,6 +19,7 @@ class Settings:
     engine: str = "native"
     device: str = "cpu"
     threads: int = 0
+    kv_cache: str = "f32"  # the native engine's KV cache type (ats_infer.engine.KV_CACHES)
     slots: int = 8
     max_queue: int = 256
     prefill_chunk: int = 256  # prompt tokens per scheduler step, over all slots
