@@ -282,19 +282,6 @@ AVX512 static void softmax_avx512(int n, float scale, float *x) {
  * row) result is the same op sequence whatever NX is, so a prefill row equals the same row
  * decoded alone. */
 
-/* Bytes ahead of the block being read that a call of PACK_MAX_NX activation rows prefetches (16
- * int4 / 9 int8 blocks). A step of 8 decoding sequences reads each weight from DRAM once, slowly
- * enough (8 rows of dots per block) that the hardware prefetcher fell behind: one core streamed
- * 7-8 GB/s of int4 weights there, at 56% of the kernel's in-cache rate, against 20 GB/s at one
- * row; with the prefetch ~75% (int8 +10-15%). Under 8 rows the stream is the bound and the
- * prefetches only took issue slots (one row: 20 -> 14-16 GB/s), so those calls leave them out. */
-static const int PREFETCH_AHEAD = 4608;
-
-/* the cache lines of one block PREFETCH_AHEAD bytes on */
-#define PREFETCH_BLOCK(rec, bytes)                                                       \
-    _Pragma("GCC unroll 8") for (int l = 0; l < (bytes + 63) / 64; l++)                  \
-        __builtin_prefetch((rec) + PREFETCH_AHEAD + 64 * l, 0, 3)
-
 /* acc += vpdpbusd(w, the 4 codes at q broadcast to every lane), the codes read by the
  * instruction's own {1to16} memory broadcast: GCC 12 emits a separate vpbroadcastd for
  * _mm512_set1_epi32 of a load, one more instruction per step (at 8 decode rows the int8 kernel
