@@ -19,7 +19,7 @@ import json
 import logging
 import sys
 
-from ats_infer.engine import ENGINES, load_engine
+from ats_infer.engine import ENGINES, Engine, load_engine
 from ats_infer.gguf_export import OUTTYPES, export_gguf
 from ats_infer.perplexity import DEFAULT_MAX_TOKENS, DEFAULT_VAL_FRACTION, eval_ppl
 from ats_infer.quant_spec import GROUP_SIZES, QUANT_METHODS
@@ -134,8 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _generate(args: argparse.Namespace) -> None:
-    engine = load_engine(
+def engine_from_args(args: argparse.Namespace) -> Engine:
+    """The engine generate and chat run: their shared --engine/--device/--threads/--adapter/
+    --kv-cache options."""
+    return load_engine(
         args.model_dir,
         args.engine,
         device=args.device,
@@ -143,6 +145,10 @@ def _generate(args: argparse.Namespace) -> None:
         adapter=args.adapter,
         kv_cache=args.kv_cache,
     )
+
+
+def _generate(args: argparse.Namespace) -> None:
+    engine = engine_from_args(args)
     for piece in engine.generate(
         args.prompt,
         max_new_tokens=args.max_new_tokens,
@@ -160,14 +166,7 @@ def _generate(args: argparse.Namespace) -> None:
 def _chat(args: argparse.Namespace) -> None:
     from ats_infer.terminal_chat import ChatSession, require_chat_tokens, run_chat
 
-    engine = load_engine(
-        args.model_dir,
-        args.engine,
-        device=args.device,
-        threads=args.threads,
-        adapter=args.adapter,
-        kv_cache=args.kv_cache,
-    )
+    engine = engine_from_args(args)
     require_chat_tokens(engine, args.model_dir)
     sampling = {
         "max_new_tokens": args.max_new_tokens,
