@@ -2,7 +2,7 @@
 precision (torch's float -> half cast, round to nearest even, as F16C and the scalar set do) before
 attention. Prefill logits (runs of rows and single rows) and decode logprobs (each key and value
 read back from the f16 cache by dot_f16 / vecmat_f16) on every kernel set, dense GQA, MoD (skipped
-key slots) and MoE; the option's errors."""
+key slots), MoE and a head_dim with a tail past the vectors; the option's errors."""
 
 import ats_native
 import numpy as np
@@ -19,7 +19,14 @@ REL_TOL = 1e-4  # test_parity.py's, for the f32 cache
 # test), so the bound still tells a correct f16 cache from an unrounded or wrongly rounded one.
 F16_REL_TOL = 4e-4
 LOGPROB_TOL = 2e-3  # absolute, on log-probabilities of magnitude ~1-10
-PRESETS = ("tiny-dense", "tiny-mod", "tiny-moe")
+# preset and config changes: GQA, MoD (skipped key slots), MoE; head_dim 20, which leaves a tail
+# past the vectors of every set (AVX2 8 lanes, AVX-512 16)
+MODELS = {
+    "dense": ("tiny-dense", {}),
+    "mod": ("tiny-mod", {}),
+    "moe": ("tiny-moe", {}),
+    "dense-hd20": ("tiny-dense", {"dim": 40, "n_head": 2, "n_kv_head": 1, "head_dim": 20}),
+}
 
 
 def rel_err(a: np.ndarray, b: np.ndarray) -> float:
@@ -45,9 +52,10 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize("kernels", kernel_params())
-@pytest.mark.parametrize("preset", PRESETS)
-def test_prefill_logits_match_half_precision_oracle(saved_model, preset: str, kernels: str) -> None:
-    model, directory = saved_model(preset)
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_prefill_logits_match_half_precision_oracle(saved_model, name: str, kernels: str) -> None:
+    preset, changes = MODELS[name]
+    model, directory = saved_model(preset, **changes)
     native = ats_native.Model(str(directory), threads=2, kernels=kernels, kv_cache="f16")
     assert native.kv_cache == "f16"
     # 70 rows: a 64-row run and a 6-row run (keys gathered and converted); 3 rows: single rows
@@ -60,13 +68,12 @@ def test_prefill_logits_match_half_precision_oracle(saved_model, preset: str, ke
 
 
 @pytest.mark.parametrize("kernels", kernel_params())
-@pytest.mark.parametrize("preset", PRESETS)
-def test_decode_logprobs_match_half_precision_oracle(
-    saved_model, preset: str, kernels: str
-) -> None:
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_decode_logprobs_match_half_precision_oracle(saved_model, name: str, kernels: str) -> None:
     """Two sequences decoding together (the decode path reads the f16 cache in place); each
     step's top-20 logprobs equal the oracle's full forward over the same tokens."""
-    model, directory = saved_model(preset)
+    preset, changes = MODELS[name]
+    model, directory = saved_model(preset, **changes)
     native = ats_native.Model(str(directory), threads=2, kernels=kernels, kv_cache="f16")
     prompts = [list(range(3, 12)), list(range(40, 53))]
     batch = ats_native.Batch(native, n_slots=2, max_len=64)
