@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "ats/cpu.h"
+#include "ats/half.h"
 #include "ats/matmul.h"
 #include "ats/model.h"
 #include "ats/sampler.h"
@@ -181,6 +182,25 @@ void bind_model(nb::module_ &m) {
         "x (n, cols) @ W.T for int8 (bits 8: codes int8 (rows, cols), scale (rows,)) or int4 (bits 4: "
         "codes uint8 (rows, cols / 2), scale (rows, cols / group)) weights, through the model "
         "runtime's own matmul path (kernel tests).");
+
+    m.def(
+        "half_round",
+        [](nb::ndarray<nb::numpy, const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> x,
+           const std::string &kernels) {
+            const int64_t n = (int64_t)x.shape(0);
+            std::unique_ptr<float[]> y(new float[(size_t)std::max<int64_t>(n, 1)]);
+            char err[512];
+            if (ats_half_round(kernels.c_str(), x.data(), n, y.get(), err, sizeof err) != 0) {
+                raise_value_error(err);
+            }
+            float *data = y.release();
+            nb::capsule owner(data, [](void *q) noexcept { delete[] (float *)q; });
+            size_t shape[1] = {(size_t)n};
+            return nb::ndarray<nb::numpy, float>(data, 1, shape, owner);
+        },
+        "x"_a, "kernels"_a = "auto",
+        "x (float32, 1-D) rounded to half precision and back by the kernel set's conversions, as "
+        "keys and values pass through the f16 KV cache (kernel tests).");
 
     nb::class_<Generation>(m, "Generation", "Iterator over generated token ids (Model.generate).")
         .def("__iter__", [](nb::handle self) { return self; })

@@ -20,7 +20,7 @@ typedef struct {
                             ATS_CUDA=ON): where weights, KV caches and forward passes live */
     const char *kv_cache; /* element type of every session's keys and values: "f32" (NULL = f32)
                              or "f16" (CPU only: half the cache's memory and of decode attention's
-                             reads, each key and value rounded to half precision, |x| past 65504
+                             reads, each key and value rounded to half precision, |x| >= 65520
                              to inf; llama.cpp's default cache type) */
 } ats_model_params;
 

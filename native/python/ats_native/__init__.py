@@ -6,8 +6,9 @@ Model runtime (issue 7; contract: briefs/native_runtime.md): `Model` (a model di
 logits, streaming `generate` -> `Generation`, `generate_batch`), `Batch` (continuous batching:
 requests start in slots of one KV cache, one forward per step), `Tokenizer` (tokenizer.json),
 `cpu_features`, `cpu_peak` (measured peak multiply-adds/s), `cuda_built` (whether Model takes
-device="cuda"), `quantized_matmul` (one int8/int4
-matmul through the runtime's path, for tests), `threads_max` (the most threads any call may use).
+device="cuda"), `quantized_matmul` (one int8/int4 matmul through the runtime's path, for tests),
+`half_round` (the f16 KV cache's rounding, for tests), `threads_max` (the most threads any call
+may use).
 """
 
 from ats_native._ats_native import (
@@ -24,6 +25,7 @@ from ats_native._ats_native import (
     cpu_features,
     cpu_peak,
     cuda_built,
+    half_round,
     pretokenize,
     quantized_matmul,
     threads_max,
@@ -45,6 +47,7 @@ __all__ = [
     "cpu_features",
     "cpu_peak",
     "cuda_built",
+    "half_round",
     "pretokenize",
     "quantized_matmul",
     "threads_max",

@@ -65,6 +65,10 @@ def quantized_matmul(
     (rows, cols / group)), through the model runtime's own matmul path: load-time repacking,
     Q8_0 activation rounding when cols % 32 == 0, the named kernel set (kernel tests)."""
 
+def half_round(x: npt.NDArray[np.float32], kernels: str = "auto") -> npt.NDArray[np.float32]:
+    """x (float32, 1-D) rounded to half precision and back by the kernel set's conversions, as
+    keys and values pass through the f16 KV cache (kernel tests)."""
+
 class Generation:
     """Iterator over generated token ids (Model.generate): prefill on the first next(), then one
     decode step with the KV cache per id."""

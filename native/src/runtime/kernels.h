@@ -98,7 +98,7 @@ struct Kernels {
     void (*transpose)(int n, int m, const float *const *x, float *y, int64_t ldy);
     /* y[i] = x[i] for i < n, IEEE half -> single (exact): the f16 KV cache read back */
     void (*f16_to_f32)(int n, const uint16_t *x, float *y);
-    /* y[i] = x[i] rounded to half precision, nearest even (|x| past 65504 -> inf; what F16C's
+    /* y[i] = x[i] rounded to half precision, nearest even (|x| >= 65520 -> inf; what F16C's
      * vcvtps2ph does): the f16 KV cache's writes. Every set gives the same bits but for NaN
      * payloads */
     void (*f32_to_f16)(int n, const float *x, uint16_t *y);

@@ -2,7 +2,8 @@
 precision (torch's float -> half cast, round to nearest even, as F16C and the scalar set do) before
 attention. Prefill logits (runs of rows and single rows) and decode logprobs (each key and value
 read back from the f16 cache by dot_f16 / vecmat_f16) on every kernel set, dense GQA, MoD (skipped
-key slots), MoE and a head_dim with a tail past the vectors; the option's errors."""
+key slots), MoE and a head_dim with a tail past the vectors; the sets' half-precision conversions
+against numpy's, bit for bit; the option's errors."""
 
 import ats_native
 import numpy as np
@@ -108,6 +109,35 @@ def test_half_precision_changes_the_logits(saved_model) -> None:
     assert rel_err(f16, exact) > 2 * F16_REL_TOL
 
 
+def special_values() -> np.ndarray:
+    """Values where half-precision rounding is easy to get wrong, each with both signs: exact
+    ties between two halves (nearest even: down from an even code, up from an odd one), the
+    subnormal range and its ties, the largest half, the midpoint to the next (65520: inf), zero,
+    infinity, NaN; then random values over the whole exponent range."""
+    ulp = 2.0**-10  # the half spacing in [1, 2)
+    ties = [1 + ulp / 2, 1 + 3 * ulp / 2, 1 + ulp / 2 + 2.0**-20, 1 + ulp / 2 - 2.0**-20]
+    subnormal = [2.0**-14, 2.0**-15, 2.0**-24, 2.0**-25, 3 * 2.0**-25, 2.0**-26, 1.5 * 2.0**-24]
+    edges = [65504.0, 65519.99, 65520.0, 65536.0, 1e30, 0.0, np.inf, np.nan, 6.1e-5]
+    fixed = np.array(ties + subnormal + edges, dtype=np.float32)
+    rng = np.random.default_rng(0)
+    random = (rng.standard_normal(4000) * 2.0 ** rng.integers(-30, 20, 4000)).astype(np.float32)
+    return np.concatenate([fixed, -fixed, random])
+
+
+@pytest.mark.parametrize("kernels", kernel_params())
+@pytest.mark.parametrize("length", [1, 7, 19, 4061])  # tails past 8 and 16 lanes
+def test_half_round_matches_numpy(kernels: str, length: int) -> None:
+    """The cache's conversions equal numpy's float32 -> float16 -> float32 (IEEE, nearest even)
+    bit for bit, NaN for NaN, on every kernel set."""
+    x = special_values()[:length]
+    got = ats_native.half_round(x, kernels=kernels)
+    with np.errstate(over="ignore"):  # 65520 and past round to inf: the expected result
+        want = x.astype(np.float16).astype(np.float32)
+    nan = np.isnan(want)
+    assert np.array_equal(np.isnan(got), nan)
+    assert np.array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))
+
+
 def test_kv_cache_errors(saved_model) -> None:
     _, directory = saved_model("tiny-dense")
     with pytest.raises(ValueError, match="unknown kv_cache 'f8'"):
@@ -115,3 +145,5 @@ def test_kv_cache_errors(saved_model) -> None:
     with pytest.raises(ValueError, match="kv_cache 'f16' is for the CPU"):
         ats_native.Model(str(directory), device="cuda", kv_cache="f16")
     assert ats_native.Model(str(directory)).kv_cache == "f32"
+    with pytest.raises(ValueError, match="kernels 'sse' is unknown"):
+        ats_native.half_round(np.zeros(3, np.float32), kernels="sse")
