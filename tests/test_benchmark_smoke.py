@@ -1,5 +1,5 @@
-"""The #30 benchmark scripts' CPU smoke modes, end to end in a subprocess: what the H200 run will
-print is checked for shape and for facts computable by hand (parameter counts, one eval set)."""
+"""Benchmark scripts' CPU smoke modes, end to end in a subprocess: what the real run will print is
+checked for shape and for facts computable by hand (parameter counts, one eval set)."""
 
 import json
 import math
@@ -85,3 +85,21 @@ def test_mod_isoflops_smoke_spends_equal_flops(tmp_path):
         "val_gap_topk",
         "val_gap_causal_routing",
     }
+
+
+@pytest.mark.slow
+def test_packed_stream_builds_and_reports_every_case(tmp_path):
+    """benchmarks/packed_stream.py compiles the runtime's kernel sources with its loop and reports
+    one line per (set, precision, rows); the scalar set runs on every machine."""
+    result = run_script("benchmarks/packed_stream.py", "--kernels", "scalar", "--reps", "2",
+                        "--stream-mb", "2", "--cache", str(tmp_path))  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    names = [f"packed-stream/scalar/int{b}/rows{n}" for b in (4, 8) for n in (1, 8)]
+    assert [r["name"] for r in rows] == names
+    for r in rows:
+        assert len(r["in_cache_gmac_s"]) == len(r["streamed_gmac_s"]) == 2
+        assert min(r["in_cache_gmac_s"] + r["streamed_gmac_s"]) > 0 and r["ratio"] > 0
+    bad = run_script("benchmarks/packed_stream.py", "--kernels", "sse", "--reps", "1",
+                     "--stream-mb", "1", "--cache", str(tmp_path))  # fmt: skip
+    assert bad.returncode != 0 and "kernels 'sse' is unknown" in bad.stderr

@@ -207,7 +207,6 @@ AVX2 static INLINE void q8_packed_avx2(int n_blocks, const uint8_t *w, const QAc
     for (int r = 0; r < NX; r++) acc[r] = _mm256_setzero_ps();
     for (int b = 0; b < n_blocks; b++) {
         const uint8_t *rec = codes + b * 512 + 32 * H;
-        if (H == 0 && NX == PACK_MAX_NX) PREFETCH_BLOCK(rec, 512);
         __m256i ws[8], wa[8];
         #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {

@@ -299,7 +299,6 @@ AVX512VNNI static INLINE void q8_packed_vnni(int n_blocks, const uint8_t *w, con
     for (int r = 0; r < NX; r++) acc[r] = _mm512_setzero_ps();
     for (int b = 0; b < n_blocks; b++) {
         const uint8_t *rec = codes + b * 512;
-        if (NX == PACK_MAX_NX) PREFETCH_BLOCK(rec, 512);
         __m512i wv[8];
         #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) wv[k] = _mm512_loadu_si512(rec + 64 * k);

@@ -45,13 +45,16 @@ static inline bool cpu_has_f16c() {
         default: KERNEL(__VA_ARGS__, 8); break;         \
     }
 
-/* The packed integer kernels' software prefetch, in calls of PACK_MAX_NX activation rows only:
- * the cache lines of the block PREFETCH_AHEAD bytes on (16 int4 / 9 int8 blocks). A step of 8
- * decoding sequences reads each weight from DRAM once, slowly enough (8 rows of dots per block)
- * that the hardware prefetcher fell behind: one core streamed int4 weights at 56% of the kernel's
- * in-cache rate (AVX-512 VNNI; AVX2 70%), with the prefetch at ~75% (AVX2 ~80%; int8 +10-15%).
- * With fewer rows the stream itself is the bound and prefetches only took issue slots (one row:
- * 20 -> 14-16 GB/s a core), so those calls have none. */
+/* The packed int4 kernels' software prefetch, in calls of PACK_MAX_NX activation rows only: the
+ * cache lines of the block PREFETCH_AHEAD bytes on (16 blocks). A step of 8 decoding sequences
+ * reads each weight from DRAM once, slowly enough (8 rows of dots per block) that the hardware
+ * prefetcher fell behind: one core streamed int4 weights at 0.55 of the kernel's in-cache rate
+ * (AVX-512 VNNI; AVX2 0.66-0.67), 0.72-0.74 (AVX2 0.78-0.79) with the prefetch
+ * (benchmarks/packed_stream.py).
+ * With fewer rows the stream itself is the bound and prefetches only took issue slots (1 and 2
+ * rows ran 20-30% slower with them), so those calls have none. The int8 kernels have none either: at 8
+ * rows the AVX-512 one gained nothing, and in the AVX2 one the prefetch changed the code GCC made
+ * for its 1-row calls, which streamed 17% slower. */
 #define PREFETCH_AHEAD 4608
 #define PREFETCH_BLOCK(rec, bytes)                                                       \
     _Pragma("GCC unroll 8") for (int l = 0; l < ((bytes) + 63) / 64; l++)                \

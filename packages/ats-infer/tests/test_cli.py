@@ -79,6 +79,12 @@ def test_bad_input_exits_with_one_line(dense_dir, tmp_path, ats_infer) -> None:
         ats_infer("generate", dense_dir, "--prompt", "x", "--engine", "torch", "--kv-cache", "f16"),
         "--kv-cache f16 is the native engine's",
     )
+    # the option reaches the native runtime (which refuses an f16 cache on the GPU)
+    assert_one_line_error(
+        ats_infer("generate", dense_dir, "--prompt", "x", "--engine", "native", "--kv-cache", "f16",
+                  "--device", "cuda"),
+        "kv_cache 'f16' is for the CPU",
+    )  # fmt: skip
     usage = ats_infer("quantize", dense_dir, "--bits", "3", "--out", tmp_path / "q")
     assert usage.returncode == 2 and "invalid choice: 3" in usage.stderr
     usage = ats_infer("generate", dense_dir, "--prompt", "x", "--kv-cache", "bf16")
